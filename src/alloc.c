@@ -1,0 +1,164 @@
+/* alloc.c - the slow sides of malloc and free, calloc, realloc, usable size, trim,
+ * and the exported hz_* interface. */
+#include <errno.h>
+
+#include "alloc.h"
+#include "hakozuna.h"
+
+static hz_heap_t *heap_or_init(void) {
+    hz_heap_t *heap = hz_tls_heap;
+    return heap != &hz_empty_heap ? heap : hz_thread_init();
+}
+
+/* A block of class cls from the calling thread's heap; *zero tells whether it is
+ * known to be zero past its first word. */
+static void *alloc_class(unsigned cls, bool *zero) {
+    hz_heap_t *heap = heap_or_init();
+    if (hz_unlikely(heap == NULL)) goto oom;
+    hz_page_t *page = heap->current[cls];
+    if (page->free == NULL && (page = hz_page_ready(heap, cls)) == NULL) goto oom;
+    *zero = page->free_is_zero;
+    return hz_page_pop(heap, page, page->free);
+oom:
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* Behind hz_alloc_fast: first call of a thread, empty page, or a large request. */
+void *hz_alloc_slow(size_t size) {
+    bool zero;
+    if (size > HZ_MEDIUM_MAX) return hz_large_alloc(size, 0, &zero);
+    return alloc_class(hz_size_class(size), &zero);
+}
+
+/* Behind hz_free_fast: NULL, a large block, or a pointer that is not ours. */
+void hz_free_other(void *p) {
+    if (p == NULL) return;
+    hz_large_t *h = hz_large_header(p);
+    if (h != NULL) {
+        hz_large_free(h);
+        return;
+    }
+    hz_gstat_add(foreign_frees, 1); /* the dynamic loader's, or another allocator's */
+}
+
+void *hz_calloc_impl(size_t count, size_t size) {
+    size_t total;
+    bool zero = false;
+    void *p;
+    if (__builtin_mul_overflow(count, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (total <= HZ_MEDIUM_MAX) {
+        p = alloc_class(hz_size_class(total), &zero);
+        if (p != NULL && zero) {
+            *(void **)p = NULL;
+            return p;
+        }
+    } else {
+        p = hz_large_alloc(total, 0, &zero);
+    }
+    if (p != NULL && !zero) memset(p, 0, total);
+    return p;
+}
+
+/* Usable size of a block glibc handed out (a library bound to it with RTLD_DEEPBIND):
+ * read from glibc's chunk header, 0 when it does not look like one. */
+static size_t foreign_usable(const void *p) {
+    size_t field = ((const size_t *)p)[-1];
+    size_t chunk = field & ~(size_t)7;
+    if (chunk < 32 || (chunk & 15) != 0 || chunk > ((size_t)1 << 40)) return 0;
+    return chunk - ((field & 2) ? 16 : 8);
+}
+
+size_t hz_usable_size_impl(const void *p) {
+    unsigned kind = hz_segmap_kind((uintptr_t)p);
+    if (kind == HZ_SEG_SMALL) return hz_page_of(hz_segment_of(p), p)->block_size;
+    hz_large_t *h = hz_large_header(p);
+    return h != NULL ? h->usable : 0;
+}
+
+static void *move_block(void *p, size_t old_usable, size_t size) {
+    void *q = hz_alloc_fast(size);
+    if (q == NULL) return NULL;
+    memcpy(q, p, old_usable < size ? old_usable : size);
+    hz_free_fast(p);
+    return q;
+}
+
+void *hz_realloc_impl(void *p, size_t size) {
+    if (p == NULL) return hz_alloc_fast(size);
+    if (size == 0) { /* as glibc: free and return NULL */
+        hz_free_fast(p);
+        return NULL;
+    }
+    if (hz_segmap_kind((uintptr_t)p) == HZ_SEG_SMALL) {
+        hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+        size_t usable = page->block_size;
+        if (size <= usable && (size >= usable / 2 || size <= HZ_ALIGNMENT ||
+                               hz_size_class(size) == page->cls))
+            return p; /* still fits without wasting half of it: stay */
+        return move_block(p, usable, size);
+    }
+    hz_large_t *h = hz_large_header(p);
+    if (h != NULL) {
+        size_t usable = h->usable;
+        void *r = hz_large_realloc(h, size);
+        return r != NULL ? r : move_block(p, usable, size);
+    }
+    hz_gstat_add(foreign_frees, 1);
+    size_t usable = foreign_usable(p);
+    if (usable == 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *q = hz_alloc_fast(size);
+    if (q != NULL) memcpy(q, p, usable < size ? usable : size);
+    return q; /* the foreign block is left to its owner */
+}
+
+/* alignment: a power of two. */
+void *hz_aligned_impl(size_t alignment, size_t size) {
+    if (alignment <= HZ_ALIGNMENT) return hz_alloc_fast(size);
+    if (alignment <= HZ_ALIGNED_CLASS_MAX) {
+        unsigned cls = hz_aligned_class(size, alignment);
+        bool zero;
+        if (cls != 0) return alloc_class(cls, &zero);
+    }
+    bool zero;
+    return hz_large_alloc(size, alignment, &zero);
+}
+
+int hz_trim_impl(void) {
+    uint64_t before = atomic_load(&hz_gstats.bytes_purged) + atomic_load(&hz_gstats.bytes_unmapped);
+    hz_heap_t *heap = hz_tls_heap;
+    if (heap != &hz_empty_heap) {
+        hz_outbox_flush_all(heap);
+        hz_heap_collect(heap);
+        hz_heap_retire_empty(heap);
+        hz_heap_purge(heap, true);
+        hz_heap_release_segments(heap, true);
+    }
+    if (hz_process_ready()) hz_drain_abandoned();
+    bool dropped = hz_segment_cache_trim();
+    dropped |= hz_large_cache_trim();
+    uint64_t after = atomic_load(&hz_gstats.bytes_purged) + atomic_load(&hz_gstats.bytes_unmapped);
+    return dropped || after > before;
+}
+
+/* ------------------------------------------------------------ hz_* API */
+HZ_API void *hz_malloc(size_t size) { return hz_alloc_fast(size); }
+HZ_API void hz_free(void *p) { hz_free_fast(p); }
+HZ_API void *hz_calloc(size_t count, size_t size) { return hz_calloc_impl(count, size); }
+HZ_API void *hz_realloc(void *p, size_t size) { return hz_realloc_impl(p, size); }
+HZ_API size_t hz_usable_size(const void *p) { return hz_usable_size_impl(p); }
+HZ_API int hz_trim(void) { return hz_trim_impl(); }
+
+HZ_API void *hz_aligned_alloc(size_t alignment, size_t size) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return hz_aligned_impl(alignment, size);
+}

@@ -1,0 +1,54 @@
+/* alloc.h - the allocation and free fast paths.
+ *
+ * Both are inlined into every entry point (malloc, hz_malloc, operator new, ...).
+ * Budget: malloc is a TLS load, a table load and a list pop (about a dozen
+ * instructions); free is a segment-map probe, a page lookup, an owner compare and a
+ * list push (about twenty).  Anything else leaves through one non-inlined call.
+ */
+#ifndef HZ_ALLOC_H
+#define HZ_ALLOC_H
+
+#include "internal.h"
+
+HZ_INLINE void *hz_page_pop(hz_heap_t *heap, hz_page_t *page, void *block) {
+    page->free = *(void **)block;
+    page->used++;
+    hz_stat_inc(heap->stats.mallocs[page->cls]);
+    (void)heap;
+    return block;
+}
+
+HZ_INLINE void *hz_alloc_fast(size_t size) {
+    hz_heap_t *heap = hz_tls_heap;
+    hz_page_t *page;
+    if (hz_likely(size <= HZ_DIRECT_MAX))
+        page = heap->direct[(size + 15) >> 4];
+    else if (hz_likely(size <= HZ_MEDIUM_MAX))
+        page = heap->current[hz_size_class(size)];
+    else
+        return hz_alloc_slow(size);
+    void *block = page->free;
+    if (hz_unlikely(block == NULL)) return hz_alloc_slow(size);
+    return hz_page_pop(heap, page, block);
+}
+
+HZ_INLINE void hz_free_fast(void *p) {
+    uintptr_t a = (uintptr_t)p;
+    if (hz_unlikely(hz_segmap_kind(a) != HZ_SEG_SMALL)) {
+        hz_free_other(p); /* NULL, large, or not ours */
+        return;
+    }
+    hz_segment_t *seg = hz_segment_of(p);
+    hz_page_t *page = hz_page_of(seg, p);
+    hz_heap_t *heap = hz_tls_heap;
+    if (hz_unlikely(seg->heap != heap)) {
+        hz_free_remote(heap, seg, page, p);
+        return;
+    }
+    *(void **)p = page->local_free;
+    page->local_free = p;
+    hz_stat_inc(heap->stats.frees[page->cls]);
+    if (hz_unlikely(--page->used == 0 || page->in_full)) hz_page_free_event(heap, page);
+}
+
+#endif /* HZ_ALLOC_H */

@@ -1,0 +1,146 @@
+/* internal.h - helpers and cross-module interfaces of the allocator core. */
+#ifndef HZ_INTERNAL_H
+#define HZ_INTERNAL_H
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "types.h"
+
+#define HZ_HIDDEN __attribute__((visibility("hidden")))
+#define HZ_INLINE static inline __attribute__((always_inline))
+#define HZ_NOINLINE __attribute__((noinline))
+#define HZ_COLD __attribute__((cold, noinline))
+#define hz_likely(x) __builtin_expect(!!(x), 1)
+#define hz_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ------------------------------------------------------------- counters */
+#if HZ_STATS
+/* Owner-only increment: a plain load/add/store, never a locked instruction. */
+#define hz_stat_add(c, n) \
+    atomic_store_explicit(&(c), atomic_load_explicit(&(c), memory_order_relaxed) + (n), \
+                          memory_order_relaxed)
+#else
+#define hz_stat_add(c, n) ((void)0)
+#endif
+#define hz_stat_inc(c) hz_stat_add(c, 1)
+
+/* Process-wide counters (slow paths only; atomic). */
+typedef struct hz_global_stats {
+    _Atomic uint64_t bytes_mapped, bytes_purged, bytes_unmapped;
+    _Atomic uint64_t segments_mapped, foreign_frees;
+    _Atomic uint64_t large_allocs, large_frees, large_bytes, large_cache_hits;
+    _Atomic uint64_t heaps_created, heaps_adopted, threads_live;
+} hz_global_stats_t;
+extern hz_global_stats_t hz_gstats HZ_HIDDEN;
+/* Frees by threads that have no heap (not started or exiting), per class. */
+extern _Atomic uint64_t hz_heapless_frees[HZ_CLASSES] HZ_HIDDEN;
+#define hz_gstat_add(f, n) atomic_fetch_add_explicit(&hz_gstats.f, (n), memory_order_relaxed)
+#define hz_gstat_sub(f, n) atomic_fetch_sub_explicit(&hz_gstats.f, (n), memory_order_relaxed)
+
+/* ---------------------------------------------------------------- locks */
+typedef struct { _Atomic int held; } hz_lock_t;
+void hz_lock_acquire(hz_lock_t *l) HZ_HIDDEN;
+static inline void hz_lock_release(hz_lock_t *l) {
+    atomic_store_explicit(&l->held, 0, memory_order_release);
+}
+
+/* ------------------------------------------------------------ size classes */
+extern uint32_t hz_class_size[HZ_CLASSES] HZ_HIDDEN;
+extern uint8_t hz_class_units[HZ_CLASSES] HZ_HIDDEN;
+void hz_sizeclass_init(void) HZ_HIDDEN;
+unsigned hz_aligned_class(size_t size, size_t alignment) HZ_HIDDEN;
+
+/* Class of a request of n bytes, 0 < n <= HZ_MEDIUM_MAX: 16-byte steps up to 256, then
+ * eight classes per power of two, so no block wastes more than 1/8 of its size. */
+HZ_INLINE unsigned hz_size_class(size_t n) {
+    if (n <= 256) return n <= 16 ? 1u : (unsigned)((n + 15) >> 4);
+    size_t m = n - 1;
+    unsigned k = 63u - (unsigned)__builtin_clzl(m);
+    return 17u + (k - 8u) * 8u + (unsigned)((m >> (k - 3u)) & 7u);
+}
+
+/* ------------------------------------------------------------ segment map */
+extern _Atomic uint8_t hz_segmap[HZ_SEGMAP_ENTRIES] HZ_HIDDEN;
+
+HZ_INLINE unsigned hz_segmap_kind(uintptr_t a) {
+    uintptr_t i = a >> HZ_SEGMENT_SHIFT;
+    if (hz_unlikely(i >= HZ_SEGMAP_ENTRIES)) return HZ_SEG_NONE;
+    return atomic_load_explicit(&hz_segmap[i], memory_order_relaxed);
+}
+static inline void hz_segmap_set(const void *seg, unsigned kind) {
+    atomic_store_explicit(&hz_segmap[(uintptr_t)seg >> HZ_SEGMENT_SHIFT], (uint8_t)kind,
+                          memory_order_release);
+}
+HZ_INLINE hz_segment_t *hz_segment_of(const void *p) {
+    return (hz_segment_t *)((uintptr_t)p & ~(uintptr_t)HZ_SEGMENT_MASK);
+}
+HZ_INLINE hz_page_t *hz_page_of(const hz_segment_t *seg, const void *p) {
+    return seg->unit_page[((uintptr_t)p >> HZ_UNIT_SHIFT) & (HZ_UNITS - 1)];
+}
+
+/* ------------------------------------------------------------- thread heap */
+extern hz_heap_t hz_empty_heap HZ_HIDDEN;
+extern hz_page_t hz_empty_page HZ_HIDDEN;
+extern __thread hz_heap_t *hz_tls_heap HZ_HIDDEN __attribute__((tls_model("initial-exec")));
+
+/* -------------------------------------------------------------- OS layer */
+extern size_t hz_os_page_size HZ_HIDDEN;
+void hz_os_init(void) HZ_HIDDEN;
+void *hz_os_map_aligned(size_t size, size_t alignment) HZ_HIDDEN;
+void hz_os_unmap(void *p, size_t size) HZ_HIDDEN;
+void hz_os_purge(void *p, size_t size) HZ_HIDDEN;
+void *hz_os_remap(void *p, size_t old_size, size_t new_size, size_t alignment) HZ_HIDDEN;
+bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) HZ_HIDDEN;
+uint64_t hz_os_now_ms(void) HZ_HIDDEN;
+void hz_os_write_err(const char *msg) HZ_HIDDEN;
+void hz_os_yield(void) HZ_HIDDEN;
+void *hz_meta_alloc(size_t size) HZ_HIDDEN;
+hz_lock_t *hz_meta_lock(void) HZ_HIDDEN;
+hz_lock_t *hz_segment_cache_lock(void) HZ_HIDDEN;
+hz_lock_t *hz_large_lock(void) HZ_HIDDEN;
+
+static inline size_t hz_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+/* ------------------------------------------------------- segments & spans */
+hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units) HZ_HIDDEN;
+void hz_span_free(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
+void hz_heap_purge(hz_heap_t *heap, bool force) HZ_HIDDEN;
+void hz_heap_release_segments(hz_heap_t *heap, bool keep_one) HZ_HIDDEN;
+bool hz_segment_cache_trim(void) HZ_HIDDEN;
+
+/* ------------------------------------------------------------------ pages */
+hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) HZ_HIDDEN;
+void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
+void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
+void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;
+
+/* ---------------------------------------------------------------- remote */
+void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p) HZ_HIDDEN;
+void hz_heap_collect(hz_heap_t *heap) HZ_HIDDEN;
+void hz_outbox_flush_all(hz_heap_t *heap) HZ_HIDDEN;
+
+/* ----------------------------------------------------------------- large */
+void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) HZ_HIDDEN;
+hz_large_t *hz_large_header(const void *p) HZ_HIDDEN;
+void hz_large_free(hz_large_t *h) HZ_HIDDEN;
+void *hz_large_realloc(hz_large_t *h, size_t size) HZ_HIDDEN;
+bool hz_large_cache_trim(void) HZ_HIDDEN;
+
+/* -------------------------------------------------- process/thread lifecycle */
+hz_heap_t *hz_thread_init(void) HZ_HIDDEN;
+bool hz_process_ready(void) HZ_HIDDEN;
+void hz_drain_abandoned(void) HZ_HIDDEN;
+typedef void (*hz_heap_visit_fn)(hz_heap_t *heap, void *arg);
+void hz_heaps_visit(hz_heap_visit_fn fn, void *arg) HZ_HIDDEN;
+
+/* ------------------------------------------------------------- entry points */
+void *hz_alloc_slow(size_t size) HZ_HIDDEN;
+void hz_free_other(void *p) HZ_HIDDEN;
+void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
+void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;
+size_t hz_usable_size_impl(const void *p) HZ_HIDDEN;
+void *hz_aligned_impl(size_t alignment, size_t size) HZ_HIDDEN;
+int hz_trim_impl(void) HZ_HIDDEN;
+
+#endif /* HZ_INTERNAL_H */

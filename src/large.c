@@ -1,0 +1,152 @@
+/* large.c - blocks above HZ_MEDIUM_MAX: one mapping each, with a header at its
+ * segment-aligned base, and a bounded process-wide cache of freed mappings. */
+#include <errno.h>
+
+#include "internal.h"
+
+#define LARGE_CACHE_SLOTS 16
+
+typedef struct { char *base; size_t map_size; } cached_t;
+static hz_lock_t large_lock;
+static cached_t cache[LARGE_CACHE_SLOTS];
+static unsigned cache_count;
+static size_t cache_bytes;
+
+hz_lock_t *hz_large_lock(void) { return &large_lock; }
+
+/* The header of the large block p, or NULL if p is not one. The header sits at the
+ * segment boundary at or below p - 1 (one segment below p for alignments of a
+ * segment or more), which the segment map marks HZ_SEG_LARGE. */
+hz_large_t *hz_large_header(const void *p) {
+    uintptr_t h = ((uintptr_t)p - 1) & ~(uintptr_t)HZ_SEGMENT_MASK;
+    if (p == NULL || hz_segmap_kind(h) != HZ_SEG_LARGE) return NULL;
+    hz_large_t *hdr = (hz_large_t *)h;
+    return hdr->magic == HZ_LARGE_MAGIC && hdr->user == p ? hdr : NULL;
+}
+
+static char *cache_take(size_t need, size_t *map_size) {
+    char *base = NULL;
+    hz_lock_acquire(&large_lock);
+    unsigned best = LARGE_CACHE_SLOTS;
+    for (unsigned i = 0; i < cache_count; i++) {
+        size_t s = cache[i].map_size;
+        if (s >= need && s - need <= need / 2 &&
+            (best == LARGE_CACHE_SLOTS || s < cache[best].map_size))
+            best = i;
+    }
+    if (best < LARGE_CACHE_SLOTS) {
+        base = cache[best].base;
+        *map_size = cache[best].map_size;
+        cache_bytes -= *map_size;
+        cache[best] = cache[--cache_count];
+    }
+    hz_lock_release(&large_lock);
+    return base;
+}
+
+/* Keep a freed mapping for reuse, evicting the oldest entries to stay in budget. */
+static bool cache_put(char *base, size_t map_size) {
+    if (map_size > HZ_LARGE_CACHE_BYTES) return false;
+    cached_t evict[LARGE_CACHE_SLOTS];
+    unsigned n_evict = 0;
+    hz_lock_acquire(&large_lock);
+    while (cache_count > 0 &&
+           (cache_count == LARGE_CACHE_SLOTS || cache_bytes + map_size > HZ_LARGE_CACHE_BYTES)) {
+        evict[n_evict++] = cache[0];
+        cache_bytes -= cache[0].map_size;
+        memmove(&cache[0], &cache[1], --cache_count * sizeof cache[0]);
+    }
+    cache[cache_count++] = (cached_t){base, map_size};
+    cache_bytes += map_size;
+    hz_lock_release(&large_lock);
+    for (unsigned i = 0; i < n_evict; i++) hz_os_unmap(evict[i].base, evict[i].map_size);
+    return true;
+}
+
+bool hz_large_cache_trim(void) {
+    cached_t drop[LARGE_CACHE_SLOTS];
+    hz_lock_acquire(&large_lock);
+    unsigned n = cache_count;
+    memcpy(drop, cache, n * sizeof drop[0]);
+    cache_count = 0;
+    cache_bytes = 0;
+    hz_lock_release(&large_lock);
+    for (unsigned i = 0; i < n; i++) hz_os_unmap(drop[i].base, drop[i].map_size);
+    return n > 0;
+}
+
+void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
+    if (alignment < HZ_ALIGNMENT) alignment = HZ_ALIGNMENT;
+    if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE - alignment) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    /* Offset of the user pointer from the mapping's base. */
+    bool big_align = alignment >= HZ_SEGMENT_SIZE;
+    size_t offset = big_align ? alignment : hz_align_up(HZ_LARGE_HEADER, alignment);
+    size_t need = hz_align_up(offset + size, hz_os_page_size);
+    size_t map_size = need;
+    char *base = big_align ? NULL : cache_take(need, &map_size);
+    *zeroed = base == NULL;
+    if (base != NULL) {
+        hz_gstat_add(large_cache_hits, 1);
+    } else {
+        base = hz_os_map_aligned(need, big_align ? alignment : HZ_SEGMENT_SIZE);
+        if (base == NULL) {
+            errno = ENOMEM;
+            return NULL;
+        }
+    }
+    char *user = base + offset;
+    hz_large_t *h = (hz_large_t *)(((uintptr_t)user - 1) & ~(uintptr_t)HZ_SEGMENT_MASK);
+    h->magic = HZ_LARGE_MAGIC;
+    h->base = base;
+    h->map_size = map_size;
+    h->user = user;
+    h->usable = map_size - offset;
+    hz_segmap_set(h, HZ_SEG_LARGE);
+    hz_gstat_add(large_allocs, 1);
+    hz_gstat_add(large_bytes, h->usable);
+    return user;
+}
+
+void hz_large_free(hz_large_t *h) {
+    char *base = h->base;
+    size_t map_size = h->map_size;
+    hz_gstat_add(large_frees, 1);
+    hz_gstat_sub(large_bytes, h->usable);
+    hz_segmap_set(h, HZ_SEG_NONE); /* a second free of it now reads as foreign */
+    h->magic = 0;
+    bool plain = h->user == base + HZ_LARGE_HEADER;
+    if (!plain || !cache_put(base, map_size)) hz_os_unmap(base, map_size);
+}
+
+/* Resize a large block in place when the mapping allows, else move its pages. */
+void *hz_large_realloc(hz_large_t *h, size_t size) {
+    size_t offset = (size_t)((char *)h->user - h->base);
+    if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t need = hz_align_up(offset + size, hz_os_page_size);
+    if (need <= h->map_size && need >= h->map_size / 2) return h->user;
+    if (offset != HZ_LARGE_HEADER || size <= HZ_MEDIUM_MAX) return NULL; /* caller copies */
+    char *base = h->base;
+    if (!hz_os_resize_in_place(base, h->map_size, need)) {
+        hz_segmap_set(h, HZ_SEG_NONE);
+        base = hz_os_remap(base, h->map_size, need, HZ_SEGMENT_SIZE);
+        if (base == NULL) {
+            hz_segmap_set(h, HZ_SEG_LARGE);
+            return NULL;
+        }
+        h = (hz_large_t *)base;
+        h->base = base;
+        h->user = base + offset;
+    }
+    hz_gstat_sub(large_bytes, h->usable);
+    h->map_size = need;
+    h->usable = need - offset;
+    hz_gstat_add(large_bytes, h->usable);
+    hz_segmap_set(h, HZ_SEG_LARGE);
+    return h->user;
+}

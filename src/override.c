@@ -1,0 +1,166 @@
+/* override.c - the libc and C++ names, as thin forwarders onto the core.
+ *
+ * Exported without a version node: a versioned malloc would not interpose. */
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+
+#include "alloc.h"
+#include "posix.h"
+
+#define HZ_EXPORT __attribute__((visibility("default")))
+
+/* ----------------------------------------------------------- C and POSIX */
+HZ_EXPORT void *malloc(size_t size) { return hz_alloc_fast(size); }
+HZ_EXPORT void free(void *p) { hz_free_fast(p); }
+HZ_EXPORT void *calloc(size_t n, size_t size) { return hz_calloc_impl(n, size); }
+HZ_EXPORT void *realloc(void *p, size_t size) { return hz_realloc_impl(p, size); }
+HZ_EXPORT void *reallocarray(void *p, size_t n, size_t size) {
+    return hz_reallocarray_impl(p, n, size);
+}
+HZ_EXPORT int posix_memalign(void **out, size_t alignment, size_t size) {
+    return hz_posix_memalign_impl(out, alignment, size);
+}
+HZ_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
+    return hz_aligned_alloc_impl(alignment, size);
+}
+HZ_EXPORT void *memalign(size_t alignment, size_t size) { return hz_memalign_impl(alignment, size); }
+HZ_EXPORT void *valloc(size_t size) { return hz_valloc_impl(size); }
+HZ_EXPORT void *pvalloc(size_t size) { return hz_pvalloc_impl(size); }
+HZ_EXPORT size_t malloc_usable_size(void *p) { return hz_usable_size_impl(p); }
+HZ_EXPORT int malloc_trim(size_t pad) {
+    (void)pad;
+    return hz_trim_impl();
+}
+HZ_EXPORT struct mallinfo2 mallinfo2(void) { return hz_mallinfo2_impl(); }
+
+#define CLAMP_INT(x) ((x) > (size_t)INT32_MAX ? INT32_MAX : (int)(x))
+HZ_EXPORT struct mallinfo mallinfo(void) {
+    struct mallinfo2 m2 = hz_mallinfo2_impl();
+    struct mallinfo m = {0};
+    m.arena = CLAMP_INT(m2.arena);
+    m.hblks = CLAMP_INT(m2.hblks);
+    m.hblkhd = CLAMP_INT(m2.hblkhd);
+    m.uordblks = CLAMP_INT(m2.uordblks);
+    m.fordblks = CLAMP_INT(m2.fordblks);
+    return m;
+}
+
+/* C23 and old names; not all are declared by every libc. */
+HZ_EXPORT void free_sized(void *p, size_t size);
+HZ_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size);
+HZ_EXPORT void cfree(void *p);
+void free_sized(void *p, size_t size) {
+    (void)size;
+    hz_free_fast(p);
+}
+void free_aligned_sized(void *p, size_t alignment, size_t size) {
+    (void)alignment;
+    (void)size;
+    hz_free_fast(p);
+}
+void cfree(void *p) { hz_free_fast(p); }
+
+/* glibc's internal names, which some programs and libraries call directly. */
+HZ_EXPORT void *__libc_malloc(size_t size);
+HZ_EXPORT void __libc_free(void *p);
+HZ_EXPORT void *__libc_calloc(size_t n, size_t size);
+HZ_EXPORT void *__libc_realloc(void *p, size_t size);
+HZ_EXPORT void *__libc_memalign(size_t alignment, size_t size);
+HZ_EXPORT void *__libc_valloc(size_t size);
+HZ_EXPORT void *__libc_pvalloc(size_t size);
+void *__libc_malloc(size_t size) { return hz_alloc_fast(size); }
+void __libc_free(void *p) { hz_free_fast(p); }
+void *__libc_calloc(size_t n, size_t size) { return hz_calloc_impl(n, size); }
+void *__libc_realloc(void *p, size_t size) { return hz_realloc_impl(p, size); }
+void *__libc_memalign(size_t alignment, size_t size) { return hz_memalign_impl(alignment, size); }
+void *__libc_valloc(size_t size) { return hz_valloc_impl(size); }
+void *__libc_pvalloc(size_t size) { return hz_pvalloc_impl(size); }
+
+/* ---------------------------------------------------------------- C++
+ * Defined here by their mangled names so that C programs do not pull in libstdc++.
+ * On failure operator new must call the new-handler or throw std::bad_alloc: both
+ * live in libstdc++, which is loaded whenever a C++ program is, so weak references
+ * find them exactly when they can be needed. */
+typedef void (*new_handler_t)(void);
+extern new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak));
+extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
+
+/* Returns NULL only for nothrow; otherwise loops on the handler or throws. */
+static HZ_COLD void *new_failed(size_t size, size_t alignment, bool nothrow) {
+    for (;;) {
+        new_handler_t h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+        if (h == NULL) {
+            if (nothrow) return NULL;
+            if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
+            hz_os_write_err("hakozuna: operator new: out of memory\n");
+            abort();
+        }
+        h(); /* may free memory, throw, or terminate */
+        void *p = alignment ? hz_aligned_impl(alignment, size) : hz_alloc_fast(size);
+        if (p != NULL) return p;
+    }
+}
+
+HZ_INLINE void *cxx_new(size_t size) {
+    void *p = hz_alloc_fast(size);
+    return hz_likely(p != NULL) ? p : new_failed(size, 0, false);
+}
+HZ_INLINE void *cxx_new_nothrow(size_t size) {
+    void *p = hz_alloc_fast(size);
+    return hz_likely(p != NULL) ? p : new_failed(size, 0, true);
+}
+static void *cxx_new_aligned(size_t size, size_t alignment, bool nothrow) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+        if (nothrow) return NULL;
+        return new_failed((size_t)-1, 0, false);
+    }
+    void *p = hz_aligned_impl(alignment, size);
+    return hz_likely(p != NULL) ? p : new_failed(size, alignment, nothrow);
+}
+
+#define NOTHROW const void *nt
+/* new */
+HZ_EXPORT void *_Znwm(size_t n) { return cxx_new(n); }
+HZ_EXPORT void *_Znam(size_t n) { return cxx_new(n); }
+HZ_EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, NOTHROW) { (void)nt; return cxx_new_nothrow(n); }
+HZ_EXPORT void *_ZnamRKSt9nothrow_t(size_t n, NOTHROW) { (void)nt; return cxx_new_nothrow(n); }
+HZ_EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al) { return cxx_new_aligned(n, al, false); }
+HZ_EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al) { return cxx_new_aligned(n, al, false); }
+HZ_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, NOTHROW) {
+    (void)nt;
+    return cxx_new_aligned(n, al, true);
+}
+HZ_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, NOTHROW) {
+    (void)nt;
+    return cxx_new_aligned(n, al, true);
+}
+/* delete */
+HZ_EXPORT void _ZdlPv(void *p) { hz_free_fast(p); }
+HZ_EXPORT void _ZdaPv(void *p) { hz_free_fast(p); }
+HZ_EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; hz_free_fast(p); }
+HZ_EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; hz_free_fast(p); }
+HZ_EXPORT void _ZdlPvRKSt9nothrow_t(void *p, NOTHROW) { (void)nt; hz_free_fast(p); }
+HZ_EXPORT void _ZdaPvRKSt9nothrow_t(void *p, NOTHROW) { (void)nt; hz_free_fast(p); }
+HZ_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) { (void)al; hz_free_fast(p); }
+HZ_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) { (void)al; hz_free_fast(p); }
+HZ_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
+    (void)n;
+    (void)al;
+    hz_free_fast(p);
+}
+HZ_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
+    (void)n;
+    (void)al;
+    hz_free_fast(p);
+}
+HZ_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, NOTHROW) {
+    (void)al;
+    (void)nt;
+    hz_free_fast(p);
+}
+HZ_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, NOTHROW) {
+    (void)al;
+    (void)nt;
+    hz_free_fast(p);
+}

@@ -1,0 +1,158 @@
+/* page.c - pages of one size class: the queue a heap allocates from, carving blocks
+ * out of a fresh span, and the generic allocation slow path behind hz_alloc_fast. */
+#include "internal.h"
+
+/* ----------------------------------------------------------------- queues */
+static void queue_remove(hz_page_queue_t *q, hz_page_t *page) {
+    if (page->prev) page->prev->next = page->next;
+    else q->first = page->next;
+    if (page->next) page->next->prev = page->prev;
+    else q->last = page->prev;
+    page->next = page->prev = NULL;
+    page->in_queue = 0;
+}
+
+static void queue_push_front(hz_page_queue_t *q, hz_page_t *page) {
+    page->prev = NULL;
+    page->next = q->first;
+    if (q->first) q->first->prev = page;
+    else q->last = page;
+    q->first = page;
+    page->in_queue = 1;
+}
+
+static void queue_push_back(hz_page_queue_t *q, hz_page_t *page) {
+    page->next = NULL;
+    page->prev = q->last;
+    if (q->last) q->last->next = page;
+    else q->first = page;
+    q->last = page;
+    page->in_queue = 1;
+}
+
+/* The page the fast path pops from for class cls (and every direct slot mapping to it). */
+static void set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
+    if (page == NULL) page = &hz_empty_page;
+    heap->current[cls] = page;
+    if (hz_class_size[cls] > HZ_DIRECT_MAX) return;
+    unsigned lo = cls == 1 ? 0 : (hz_class_size[cls - 1] / 16) + 1;
+    for (unsigned s = lo; s <= hz_class_size[cls] / 16; s++) heap->direct[s] = page;
+}
+
+/* ------------------------------------------------------------------ pages */
+/* Carve the next blocks of the span into the free list: a few KiB at a time, so
+ * memory is touched only as it is needed. */
+static void page_extend(hz_page_t *page) {
+    uint32_t size = page->block_size;
+    uint32_t n = page->reserved - page->capacity;
+    uint32_t want = (16u << 10) / size;
+    if (want < 4) want = 4;
+    if (n > want) n = want;
+    char *b = page->start + (size_t)page->capacity * size;
+    for (uint32_t i = 0; i + 1 < n; i++, b += size) *(void **)b = b + size;
+    *(void **)b = NULL;
+    page->free = page->start + (size_t)page->capacity * size;
+    page->free_is_zero = page->zero_span;
+    page->capacity += n;
+}
+
+static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
+    hz_page_t *page = hz_span_alloc(heap, hz_class_units[cls]);
+    if (page == NULL) return NULL;
+    hz_segment_t *seg = hz_segment_of(page);
+    char *end = (char *)seg + (size_t)(page->first_unit + page->units) * HZ_UNIT_SIZE;
+    page->cls = (uint8_t)cls;
+    page->block_size = hz_class_size[cls];
+    page->reserved = (uint32_t)((size_t)(end - page->start) / page->block_size);
+    hz_stat_inc(heap->stats.pages_made);
+    return page;
+}
+
+static void page_retire(hz_heap_t *heap, hz_page_t *page) {
+    unsigned cls = page->cls;
+    if (page->in_queue) {
+        bool was_current = heap->current[cls] == page;
+        queue_remove(&heap->queues[cls], page);
+        if (was_current) set_current(heap, cls, heap->queues[cls].first);
+    }
+    hz_stat_inc(heap->stats.pages_retired);
+    hz_span_free(heap, page);
+}
+
+/* After a free dropped a page to zero used blocks, or hit a page marked full. */
+void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
+    if (page->used == 0) {
+        /* Keep the page being allocated from: retiring it would only make the next
+         * malloc of this class build it again.  Trim and thread exit retire it. */
+        if (heap->current[page->cls] == page) return;
+        page_retire(heap, page);
+        return;
+    }
+    if (page->in_full) {
+        page->in_full = 0;
+        queue_push_back(&heap->queues[page->cls], page);
+        if (heap->current[page->cls] == &hz_empty_page) set_current(heap, page->cls, page);
+    }
+}
+
+/* A block of this heap coming home by the slow route (remote collection). */
+void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) {
+    *(void **)p = page->local_free;
+    page->local_free = p;
+    if (--page->used == 0 || page->in_full) hz_page_free_event(heap, page);
+}
+
+/* Retire every empty page, the current ones too (thread exit, trim). */
+void hz_heap_retire_empty(hz_heap_t *heap) {
+    for (unsigned c = 1; c < HZ_CLASSES; c++) {
+        hz_page_t *page = heap->queues[c].first, *next;
+        for (; page != NULL; page = next) {
+            next = page->next;
+            if (page->used == 0) page_retire(heap, page);
+        }
+    }
+}
+
+/* A page of class cls with a block on its free list, made current. */
+static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
+    hz_page_queue_t *q = &heap->queues[cls];
+    hz_page_t *page = q->first, *next;
+    for (; page != NULL; page = next) {
+        next = page->next;
+        if (page->free) break;
+        if (page->local_free) {
+            page->free = page->local_free;
+            page->local_free = NULL;
+            page->free_is_zero = 0;
+            break;
+        }
+        if (page->capacity < page->reserved) {
+            page_extend(page);
+            break;
+        }
+        queue_remove(q, page); /* full: back in a queue when a block is freed */
+        page->in_full = 1;
+    }
+    if (page == NULL) {
+        page = page_new(heap, cls);
+        if (page == NULL) {
+            set_current(heap, cls, q->first);
+            return NULL;
+        }
+        page_extend(page);
+        queue_push_front(q, page);
+    } else if (q->first != page) {
+        queue_remove(q, page);
+        queue_push_front(q, page);
+    }
+    set_current(heap, cls, page);
+    return page;
+}
+
+/* The allocation slow path: collect remote frees, then find or make a page that has
+ * a block on its free list (NULL when the OS has no memory). */
+hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) {
+    hz_stat_inc(heap->stats.refills);
+    if (atomic_load_explicit(&heap->inbox, memory_order_relaxed) != NULL) hz_heap_collect(heap);
+    return find_page(heap, cls);
+}

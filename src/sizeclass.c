@@ -1,0 +1,40 @@
+/* sizeclass.c - the size-class table: block size and page (span) length per class. */
+#include "internal.h"
+
+uint32_t hz_class_size[HZ_CLASSES];
+uint8_t hz_class_units[HZ_CLASSES];
+
+static uint32_t class_size_formula(unsigned c) {
+    if (c <= 16) return 16u * c;
+    unsigned k = 8 + (c - 17) / 8, sub = (c - 17) % 8;
+    return (1u << k) + ((sub + 1u) << (k - 3));
+}
+
+/* Span length: enough units for at least 8 blocks (4 above 32 KiB), grown until the
+ * tail left over after the last block is at most 1/8 of the span. */
+static uint8_t class_units(uint32_t size) {
+    size_t min_blocks = size > (32u << 10) ? 4 : 8;
+    size_t units = (min_blocks * size + HZ_UNIT_SIZE - 1) / HZ_UNIT_SIZE;
+    for (; units < HZ_UNITS - 1; units++) {
+        size_t bytes = units * HZ_UNIT_SIZE;
+        if ((bytes % size) * 8 <= bytes) break;
+    }
+    return (uint8_t)units;
+}
+
+void hz_sizeclass_init(void) {
+    for (unsigned c = 1; c < HZ_CLASSES; c++) {
+        hz_class_size[c] = class_size_formula(c);
+        hz_class_units[c] = class_units(hz_class_size[c]);
+    }
+}
+
+/* Smallest class whose blocks are all aligned to `alignment` (<= HZ_ALIGNED_CLASS_MAX):
+ * its size is a multiple of the alignment and every page starts 4 KiB-aligned.
+ * Returns 0 when no medium class fits. */
+unsigned hz_aligned_class(size_t size, size_t alignment) {
+    if (size > HZ_MEDIUM_MAX) return 0;
+    for (unsigned c = hz_size_class(size ? size : 1); c < HZ_CLASSES; c++)
+        if (hz_class_size[c] % alignment == 0) return c;
+    return 0;
+}

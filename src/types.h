@@ -1,0 +1,172 @@
+/* types.h - hakozuna's data structures and build-time constants.
+ *
+ * Memory comes from the OS in segments: HZ_SEGMENT_SIZE bytes, aligned to their size,
+ * each owned by one thread heap.  A segment is cut into HZ_UNITS units of 64 KiB; a
+ * page (span) is one or more consecutive units holding blocks of a single size class.
+ * The segment header (first HZ_SEGMENT_HEADER bytes) keeps the page descriptors, so
+ * free memory never carries metadata that purging could destroy.  Requests above
+ * HZ_MEDIUM_MAX are "large": each gets its own mapping with a header at its
+ * segment-aligned base.
+ *
+ * Every knob below may be overridden with -D (configure does so); see hakozuna(3).
+ */
+#ifndef HZ_TYPES_H
+#define HZ_TYPES_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------- tunables */
+#ifndef HZ_VARIANT_NAME
+#define HZ_VARIANT_NAME "default"
+#endif
+/* Blocks a thread collects before posting them to the owning thread in one atomic push. */
+#ifndef HZ_REMOTE_BATCH
+#define HZ_REMOTE_BATCH 64
+#endif
+/* Owners a thread batches remote frees for at once (power of two). */
+#ifndef HZ_OUTBOX_SLOTS
+#define HZ_OUTBOX_SLOTS 8
+#endif
+/* Freed pages are returned to the OS (madvise) after this many milliseconds... */
+#ifndef HZ_PURGE_DELAY_MS
+#define HZ_PURGE_DELAY_MS 50
+#endif
+/* ...or at once when a heap holds more than this many bytes of freed, resident pages. */
+#ifndef HZ_DIRTY_BUDGET
+#define HZ_DIRTY_BUDGET 4194304
+#endif
+/* Bytes of freed large blocks kept mapped for reuse (process-wide). */
+#ifndef HZ_LARGE_CACHE_BYTES
+#define HZ_LARGE_CACHE_BYTES 33554432
+#endif
+/* Empty segments kept mapped (purged) for reuse (process-wide). */
+#ifndef HZ_SEGMENT_CACHE
+#define HZ_SEGMENT_CACHE 8
+#endif
+/* Ask for transparent huge pages on segments (0 = leave the system default). */
+#ifndef HZ_THP
+#define HZ_THP 0
+#endif
+/* Per-thread event counters (cheap, owner-written; see stats.c). */
+#ifndef HZ_STATS
+#define HZ_STATS 1
+#endif
+
+/* ----------------------------------------------------------- geometry */
+#define HZ_SEGMENT_SHIFT 22
+#define HZ_SEGMENT_SIZE ((size_t)1 << HZ_SEGMENT_SHIFT)
+#define HZ_SEGMENT_MASK (HZ_SEGMENT_SIZE - 1)
+#define HZ_UNIT_SHIFT 16
+#define HZ_UNIT_SIZE ((size_t)1 << HZ_UNIT_SHIFT)
+#define HZ_UNITS (HZ_SEGMENT_SIZE / HZ_UNIT_SIZE) /* 64: one bit each in a uint64_t */
+#define HZ_SEGMENT_HEADER 8192                    /* page 0 starts here (4 KiB aligned) */
+
+/* Address bits covered by the segment map: pointers above are never ours. */
+#if defined(__x86_64__)
+#define HZ_VA_BITS 47
+#else
+#define HZ_VA_BITS 48
+#endif
+#define HZ_SEGMAP_ENTRIES ((size_t)1 << (HZ_VA_BITS - HZ_SEGMENT_SHIFT))
+
+/* ---------------------------------------------------------- size classes */
+#define HZ_ALIGNMENT 16
+#define HZ_DIRECT_MAX 1024                     /* sizes served by heap->direct[] */
+#define HZ_DIRECT_SLOTS (HZ_DIRECT_MAX / 16 + 1)
+#define HZ_MEDIUM_MAX ((size_t)256 << 10)      /* larger requests are "large" */
+#define HZ_CLASSES 97                          /* class 0 unused; 1..96 */
+#define HZ_ALIGNED_CLASS_MAX 4096              /* larger alignments go to the large path */
+
+/* Segment map entries. */
+enum { HZ_SEG_NONE = 0, HZ_SEG_SMALL = 1, HZ_SEG_LARGE = 2 };
+
+/* ----------------------------------------------------------------- pages */
+typedef struct hz_page {
+    void *free;          /* blocks ready to hand out */
+    void *local_free;    /* blocks the owner freed since free ran dry */
+    uint32_t used;       /* blocks handed out and not yet back on a list */
+    uint32_t block_size;
+    uint32_t capacity;   /* blocks carved from the span so far */
+    uint32_t reserved;   /* blocks the span can hold */
+    uint8_t cls;
+    uint8_t in_full;     /* unlinked from its queue: no free block left */
+    uint8_t free_is_zero;/* blocks on free are zero past their link word */
+    uint8_t zero_span;   /* span memory was untouched when the page was made */
+    uint8_t units;       /* span length in units */
+    uint8_t first_unit;
+    uint8_t in_queue;
+    uint8_t pad_;
+    char *start;         /* first block */
+    struct hz_page *next, *prev; /* class queue */
+} hz_page_t;
+
+struct hz_heap;
+
+typedef struct hz_segment {
+    struct hz_heap *heap;        /* owner; stable while any block in it is live */
+    uint64_t free_units;         /* bit i: unit i holds no page */
+    uint64_t dirty_units;        /* bit i: unit i may hold non-zero data */
+    uint64_t purge_at_ms;        /* when its oldest freed, unpurged unit is due */
+    struct hz_segment *next, *prev; /* heap's segment list (with free units first) */
+    hz_page_t *unit_page[HZ_UNITS]; /* unit -> page covering it */
+    hz_page_t pages[HZ_UNITS];      /* indexed by a page's first unit */
+} hz_segment_t;
+
+_Static_assert(sizeof(hz_segment_t) <= HZ_SEGMENT_HEADER, "segment header too big");
+_Static_assert(sizeof(hz_page_t) == 64, "page descriptor should be one cache line");
+
+typedef struct hz_page_queue {
+    hz_page_t *first, *last;
+} hz_page_queue_t;
+
+/* Remote frees waiting to be posted to one owner. */
+typedef struct hz_outbox {
+    struct hz_heap *dest;
+    void *head, *tail;
+    uint32_t count;
+} hz_outbox_t;
+
+/* Counters written only by the owning thread (relaxed atomics so readers may race). */
+typedef _Atomic uint64_t hz_counter_t;
+typedef struct hz_heap_stats {
+    hz_counter_t mallocs[HZ_CLASSES];
+    hz_counter_t frees[HZ_CLASSES];
+    hz_counter_t remote_sent;
+    hz_counter_t remote_recv;
+    hz_counter_t remote_batches;
+    hz_counter_t refills;        /* trips through the allocation slow path */
+    hz_counter_t pages_made;
+    hz_counter_t pages_retired;
+} hz_heap_stats_t;
+
+enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3 };
+
+typedef struct hz_heap {
+    hz_page_t *direct[HZ_DIRECT_SLOTS]; /* (size+15)/16 -> page to allocate from */
+    hz_page_t *current[HZ_CLASSES];     /* class -> page to allocate from */
+    _Atomic(void *) inbox;              /* blocks other threads freed, linked */
+    hz_page_queue_t queues[HZ_CLASSES]; /* pages with free blocks, current first */
+    hz_outbox_t outbox[HZ_OUTBOX_SLOTS];
+    hz_segment_t *segments;             /* segments with free units come first */
+    size_t dirty_bytes;                 /* freed page memory not yet purged */
+    uint64_t purge_at_ms;
+    int state;
+    struct hz_heap *next_all;           /* registry of every heap */
+    struct hz_heap *next_abandoned;
+    hz_heap_stats_t stats;
+} hz_heap_t;
+
+/* Header of a large block, at (ptr - 1) rounded down to a segment boundary. */
+typedef struct hz_large {
+    uint64_t magic;
+    char *base;          /* start of the mapping */
+    size_t map_size;     /* bytes mapped */
+    void *user;          /* the pointer handed out */
+    size_t usable;       /* bytes from user to the end of the mapping */
+} hz_large_t;
+#define HZ_LARGE_MAGIC 0x687a6c617267650aULL
+#define HZ_LARGE_HEADER 64
+
+#endif /* HZ_TYPES_H */

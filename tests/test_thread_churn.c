@@ -1,0 +1,183 @@
+/* test_thread_churn.c - many short-lived threads must not leak memory.
+ *
+ * 10,240 threads are created and joined, 16 at a time.  Each allocates and
+ * frees a mix of small, medium and (sometimes) large blocks and leaves four
+ * blocks behind, which the main thread verifies and frees after the join.
+ *
+ * Bound: RSS may grow by at most 64 MiB between the point where the first 512
+ * threads have finished and the end of the run.  A per-thread leak of even a
+ * few KiB (one heap, one cache) would exceed it over the ~9,700 later threads.
+ * Under hakozuna, threads_live must fall back to at most 4 once all threads
+ * have been joined, and bytes_in_use may grow by at most 32 MiB over the same
+ * span.
+ */
+#include "hz_test.h"
+
+#include <pthread.h>
+
+#define NTHREADS 10240
+#define CONCURRENT 16
+#define RSS_MARK 512                 /* threads done before the first RSS reading */
+#define RSS_BOUND_KIB (64L * 1024)   /* 64 MiB */
+#define INUSE_BOUND ((uint64_t)32 << 20)
+#define SLOTS 48
+#define LEFT 4
+
+struct job {
+    unsigned index;
+    void *left[LEFT];
+    size_t left_size[LEFT];
+};
+
+static unsigned char fill_of(unsigned index, unsigned k)
+{
+    return (unsigned char)(index * 31 + k * 7 + 1);
+}
+
+static void check_fill(const unsigned char *p, size_t n, unsigned char v, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        CHECK(p[i] == v, "%s: byte %zu of a %zu-byte block is %u, want %u", what, i, n, p[i], v);
+}
+
+static void *worker(void *arg)
+{
+    struct job *j = (struct job *)arg;
+    uint64_t rng = 0xC0FFEEull + j->index * 0x9E3779B97F4A7C15ull;
+    unsigned char *slot[SLOTS] = {0};
+    size_t size[SLOTS] = {0};
+    unsigned char val[SLOTS] = {0};
+
+    for (int op = 0; op < 240; op++) {
+        unsigned s = (unsigned)(hz_test_rand(&rng) % SLOTS);
+        if (slot[s]) {
+            size_t chk = size[s] < 512 ? size[s] : 512;
+            check_fill(slot[s], chk, val[s], "thread block");
+            free(slot[s]);
+            slot[s] = NULL;
+            continue;
+        }
+        uint64_t r = hz_test_rand(&rng);
+        size_t n;
+        if (r % 100 < 80)
+            n = hz_test_rand_range(&rng, 1, 512);
+        else if (r % 100 < 98)
+            n = hz_test_rand_range(&rng, 1024, 65536);
+        else
+            n = hz_test_rand_range(&rng, 256 << 10, 2 << 20);
+        unsigned char *p;
+        if ((r >> 32) % 8 == 0) {
+            p = (unsigned char *)calloc(1, n);
+            CHECK(p != NULL, "calloc(%zu) failed", n);
+            CHECK(p[0] == 0 && p[n - 1] == 0, "calloc(%zu) not zeroed", n);
+        } else {
+            p = (unsigned char *)malloc(n);
+            CHECK(p != NULL, "malloc(%zu) failed", n);
+        }
+        if ((r >> 40) % 16 == 0) {
+            size_t m = n * 2 + 16;
+            memset(p, 0x77, n);
+            unsigned char *q = (unsigned char *)realloc(p, m);
+            CHECK(q != NULL, "realloc(%zu) failed", m);
+            check_fill(q, n < 512 ? n : 512, 0x77, "realloc");
+            p = q;
+            n = m;
+        }
+        slot[s] = p;
+        size[s] = n;
+        val[s] = (unsigned char)r;
+        memset(p, val[s], n);
+    }
+    for (unsigned s = 0; s < SLOTS; s++) {
+        if (slot[s]) {
+            check_fill(slot[s], size[s] < 512 ? size[s] : 512, val[s], "thread block");
+            free(slot[s]);
+        }
+    }
+    /* Blocks left for the main thread to free. */
+    for (unsigned k = 0; k < LEFT; k++) {
+        size_t n = k == 0 ? 24 : k == 1 ? 200 : k == 2 ? 3000 : (j->index % 64 == 0 ? 300000 : 40);
+        unsigned char *p = (unsigned char *)malloc(n);
+        CHECK(p != NULL, "malloc(%zu) failed", n);
+        memset(p, fill_of(j->index, k), n);
+        j->left[k] = p;
+        j->left_size[k] = n;
+    }
+    return NULL;
+}
+
+int main(void)
+{
+    int hz = hz_test_require_loaded();
+    double t0 = hz_test_now();
+    static struct job jobs[CONCURRENT];
+    pthread_t tid[CONCURRENT];
+    long rss_mark = -1;
+    struct hz_stats st_mark;
+    int have_stats = 0;
+
+    /* The main thread uses the allocator too. */
+    void *mine = malloc(100);
+    CHECK(mine != NULL, "malloc failed");
+
+    for (unsigned done = 0; done < NTHREADS; done += CONCURRENT) {
+        for (unsigned i = 0; i < CONCURRENT; i++) {
+            memset(&jobs[i], 0, sizeof jobs[i]);
+            jobs[i].index = done + i;
+            int rc = pthread_create(&tid[i], NULL, worker, &jobs[i]);
+            CHECK(rc == 0, "pthread_create failed after %u threads: %s", done + i, strerror(rc));
+        }
+        for (unsigned i = 0; i < CONCURRENT; i++) {
+            int rc = pthread_join(tid[i], NULL);
+            CHECK(rc == 0, "pthread_join: %s", strerror(rc));
+        }
+        for (unsigned i = 0; i < CONCURRENT; i++) {
+            for (unsigned k = 0; k < LEFT; k++) {
+                size_t n = jobs[i].left_size[k];
+                check_fill((const unsigned char *)jobs[i].left[k], n,
+                           fill_of(jobs[i].index, k), "left-over block");
+                free(jobs[i].left[k]);
+            }
+        }
+        if (done + CONCURRENT == RSS_MARK) {
+            rss_mark = hz_test_rss_kib();
+            if (hz)
+                have_stats = hz_test_stats(&st_mark);
+        }
+    }
+    free(mine);
+    long rss_end = hz_test_rss_kib();
+    CHECK(rss_mark > 0 && rss_end > 0, "cannot read RSS");
+    printf("%d threads in %.2f s; RSS after %d threads %ld KiB, at the end %ld KiB (growth %ld KiB, "
+           "bound %ld KiB)\n",
+           NTHREADS, hz_test_now() - t0, RSS_MARK, rss_mark, rss_end, rss_end - rss_mark,
+           RSS_BOUND_KIB);
+    CHECK(rss_end - rss_mark < RSS_BOUND_KIB,
+          "RSS grew by %ld KiB over %d thread lifetimes (bound %ld KiB): per-thread leak?",
+          rss_end - rss_mark, NTHREADS - RSS_MARK, RSS_BOUND_KIB);
+
+    if (hz) {
+        CHECK(have_stats, "hz_stats_get is not available");
+        struct hz_stats st;
+        /* Thread exit is seen at join; allow a moment for lazy bookkeeping. */
+        for (int i = 0; i < 20; i++) {
+            CHECK(hz_test_stats(&st), "hz_stats_get failed");
+            if (st.threads_live <= 4)
+                break;
+            hz_test_sleep_ms(50);
+        }
+        printf("hz_stats: threads_live %llu, heaps_created %llu, heaps_adopted %llu, "
+               "bytes_in_use %llu (at mark %llu), live blocks %lld (at mark %lld)\n",
+               (unsigned long long)st.threads_live, (unsigned long long)st.heaps_created,
+               (unsigned long long)st.heaps_adopted, (unsigned long long)st.bytes_in_use,
+               (unsigned long long)st_mark.bytes_in_use, (long long)(st.mallocs - st.frees),
+               (long long)(st_mark.mallocs - st_mark.frees));
+        CHECK(st.threads_live <= 4, "threads_live is %llu after all threads were joined",
+              (unsigned long long)st.threads_live);
+        CHECK(st.bytes_in_use < st_mark.bytes_in_use + INUSE_BOUND,
+              "bytes_in_use grew from %llu to %llu (bound +%llu)",
+              (unsigned long long)st_mark.bytes_in_use, (unsigned long long)st.bytes_in_use,
+              (unsigned long long)INUSE_BOUND);
+    }
+    return 0;
+}
