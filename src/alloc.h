@@ -45,8 +45,9 @@ HZ_INLINE void hz_free_fast(void *p) {
         hz_free_remote(heap, seg, page, p);
         return;
     }
-    *(void **)p = page->local_free;
-    page->local_free = p;
+    *(void **)p = page->free; /* LIFO: the next malloc gets a cache-hot block */
+    page->free = p;
+    page->free_is_zero = 0;
     hz_stat_inc(heap->stats.frees[page->cls]);
     if (hz_unlikely(--page->used == 0 || page->in_full)) hz_page_free_event(heap, page);
 }

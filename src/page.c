@@ -82,9 +82,10 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
 /* After a free dropped a page to zero used blocks, or hit a page marked full. */
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     if (page->used == 0) {
-        /* Keep the page being allocated from: retiring it would only make the next
-         * malloc of this class build it again.  Trim and thread exit retire it. */
-        if (heap->current[page->cls] == page) return;
+        /* Keep the page being allocated from (up to 256 KiB of it): retiring it would
+         * only make the next malloc of this class build it again.  Trim and thread
+         * exit retire it. */
+        if (heap->current[page->cls] == page && page->units <= 4) return;
         page_retire(heap, page);
         return;
     }
@@ -97,8 +98,9 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
 
 /* A block of this heap coming home by the slow route (remote collection). */
 void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) {
-    *(void **)p = page->local_free;
-    page->local_free = p;
+    *(void **)p = page->free;
+    page->free = p;
+    page->free_is_zero = 0;
     if (--page->used == 0 || page->in_full) hz_page_free_event(heap, page);
 }
 
@@ -120,12 +122,6 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     for (; page != NULL; page = next) {
         next = page->next;
         if (page->free) break;
-        if (page->local_free) {
-            page->free = page->local_free;
-            page->local_free = NULL;
-            page->free_is_zero = 0;
-            break;
-        }
         if (page->capacity < page->reserved) {
             page_extend(page);
             break;

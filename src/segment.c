@@ -13,6 +13,8 @@ static unsigned cache_count;
 
 hz_lock_t *hz_segment_cache_lock(void) { return &cache_lock; }
 
+static void segment_release(hz_heap_t *heap, hz_segment_t *seg);
+
 static uint64_t units_mask(unsigned first, unsigned n) {
     return (n >= 64 ? ~0ULL : ((1ULL << n) - 1)) << first;
 }
@@ -21,9 +23,10 @@ static char *unit_start(hz_segment_t *seg, unsigned u) {
     return (char *)seg + (u == 0 ? HZ_SEGMENT_HEADER : (size_t)u * HZ_UNIT_SIZE);
 }
 
-/* Purge the dirty free units of one segment, a contiguous run per madvise call. */
-static size_t segment_purge(hz_segment_t *seg) {
-    uint64_t todo = seg->dirty_units & seg->free_units;
+/* Purge the dirty free units of one segment selected by `which`, a contiguous run
+ * per madvise call. */
+static size_t segment_purge(hz_segment_t *seg, uint64_t which) {
+    uint64_t todo = seg->dirty_units & seg->free_units & which;
     size_t purged = 0;
     while (todo) {
         unsigned first = (unsigned)__builtin_ctzll(todo), n = 0;
@@ -44,27 +47,41 @@ static size_t segment_purge(hz_segment_t *seg) {
     return purged;
 }
 
-/* Purge what has been free for HZ_PURGE_DELAY_MS, or everything when forced or when
- * the heap holds more than HZ_DIRTY_BUDGET of freed memory: memory reused soon stays
- * resident, memory left alone goes back to the OS. */
+/* Purging runs in epochs of HZ_PURGE_DELAY_MS: at each epoch, units that were
+ * already free and unpurged at the previous epoch (the candidates) go back to the
+ * OS, so memory idle for one to two epochs is returned and memory reused sooner is
+ * never purged.  Everything goes at once when forced, or when freed memory exceeds
+ * both HZ_DIRTY_BUDGET and half of what the heap uses. */
 void hz_heap_purge(hz_heap_t *heap, bool force) {
     if (heap->dirty_bytes == 0) return;
-    force |= heap->dirty_bytes > HZ_DIRTY_BUDGET;
-    uint64_t now = hz_os_now_ms();
-    if (!force && now < heap->purge_at_ms) return;
-    uint64_t next = UINT64_MAX;
-    for (hz_segment_t *s = heap->segments; s != NULL; s = s->next) {
-        if ((s->dirty_units & s->free_units) == 0) continue;
-        if (force || s->purge_at_ms <= now) {
-            size_t n = segment_purge(s);
-            heap->dirty_bytes -= n < heap->dirty_bytes ? n : heap->dirty_bytes;
-        } else if (s->purge_at_ms < next) {
-            next = s->purge_at_ms;
-        }
+    force |= heap->dirty_bytes > HZ_DIRTY_BUDGET && heap->dirty_bytes > heap->used_bytes / 2;
+    uint64_t now = 0;
+    if (!force && (now = hz_os_now_ms()) < heap->purge_at_ms) return;
+    bool pending = false;
+    hz_segment_t *s, *s_next;
+    for (s = heap->segments; s != NULL; s = s_next) {
+        s_next = s->next;
+        size_t n = segment_purge(s, force ? ~0ULL : s->purge_candidates);
+        heap->dirty_bytes -= n < heap->dirty_bytes ? n : heap->dirty_bytes;
+        s->purge_candidates = s->dirty_units & s->free_units;
+        pending |= s->purge_candidates != 0;
+        /* Empty and purged: give the whole segment back (a heap keeps its last). */
+        if (s->free_units == ~0ULL && s->purge_candidates == 0 &&
+            (s->next != NULL || s->prev != NULL))
+            segment_release(heap, s);
     }
-    if (next == UINT64_MAX) heap->dirty_bytes = 0;
-    heap->purge_at_ms = next;
+    if (!pending) heap->dirty_bytes = 0;
+    heap->purge_at_ms = pending ? (now ? now : hz_os_now_ms()) + HZ_PURGE_DELAY_MS : 0;
 }
+
+/* Length of the longest run of set bits. */
+static unsigned longest_run(uint64_t x) {
+    unsigned n = 0;
+    for (; x != 0; n++) x &= x >> 1;
+    return n;
+}
+
+static void update_max_run(hz_segment_t *seg) { seg->max_run = longest_run(seg->free_units & ~1ULL); }
 
 static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     hz_segment_t *seg = NULL;
@@ -79,6 +96,8 @@ static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     }
     seg->heap = heap;
     seg->free_units = ~0ULL;
+    seg->purge_candidates = 0;
+    update_max_run(seg);
     memset(seg->unit_page, 0, sizeof seg->unit_page);
     seg->prev = NULL;
     seg->next = heap->segments;
@@ -99,7 +118,7 @@ static void segment_unlink(hz_heap_t *heap, hz_segment_t *seg) {
 static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
     segment_unlink(heap, seg);
     hz_segmap_set(seg, HZ_SEG_NONE); /* stale pointers into it now read as foreign */
-    size_t purged = segment_purge(seg);
+    size_t purged = segment_purge(seg, ~0ULL);
     heap->dirty_bytes -= purged < heap->dirty_bytes ? purged : heap->dirty_bytes;
     seg->heap = NULL;
     hz_lock_acquire(&cache_lock);
@@ -128,29 +147,47 @@ bool hz_segment_cache_trim(void) {
     return n > 0;
 }
 
-/* Lowest run of n free units, or -1. */
-static int find_run(uint64_t free_units, unsigned n) {
-    uint64_t want = units_mask(0, n);
-    for (unsigned i = 0; i + n <= HZ_UNITS; i++) {
-        if (((free_units >> i) & want) == want) return (int)i;
-        if (!(free_units >> i)) break;
+/* Lowest run of n set bits in f, or -1: after the loop, bit i of x is set exactly
+ * when bits i .. i+n-1 of f are. */
+static int find_run(uint64_t f, unsigned n) {
+    uint64_t x = f;
+    for (unsigned have = 1; have < n && x != 0;) {
+        unsigned s = have < n - have ? have : n - have;
+        x &= x >> s;
+        have += s;
     }
-    return -1;
+    return x ? __builtin_ctzll(x) : -1;
+}
+
+/* First run of n units whose memory is still resident (no page faults to refill
+ * it), else the first free run at all. */
+static hz_segment_t *find_span(hz_heap_t *heap, unsigned units, int *first) {
+    uint64_t usable = units > 1 ? ~1ULL : ~0ULL;
+    for (int pass = 0; pass < 2; pass++) {
+        for (hz_segment_t *s = heap->segments; s != NULL && s->free_units != 0; s = s->next) {
+            if (units > 1 && s->max_run < units) continue;
+            uint64_t f = s->free_units & usable & (pass == 0 ? s->dirty_units : ~0ULL);
+            if ((*first = find_run(f, units)) >= 0) return s;
+        }
+    }
+    return NULL;
 }
 
 /* A page of `units` units for the heap, from its segments or a new one. */
 hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units) {
-    hz_segment_t *seg;
     int first = -1;
-    for (seg = heap->segments; seg != NULL && seg->free_units != 0; seg = seg->next)
-        if ((first = find_run(seg->free_units, units)) >= 0) break;
-    if (seg == NULL || first < 0) {
+    /* Unit 0 is shortened by the header: it only takes single-unit pages. */
+    hz_segment_t *seg = find_span(heap, units, &first);
+    if (seg == NULL) {
         seg = segment_acquire(heap);
         if (seg == NULL) return NULL;
-        first = 0;
+        first = units > 1 ? 1 : 0;
     }
     uint64_t m = units_mask((unsigned)first, units);
     seg->free_units &= ~m;
+    seg->purge_candidates &= ~m;
+    update_max_run(seg);
+    heap->used_bytes += (size_t)units * HZ_UNIT_SIZE;
     if (seg->free_units == 0 && seg->next != NULL) { /* full segments go to the back */
         segment_unlink(heap, seg);
         hz_segment_t *last = heap->segments;
@@ -177,22 +214,16 @@ void hz_span_free(hz_heap_t *heap, hz_page_t *page) {
     uint64_t m = units_mask(first, units);
     bool was_full = seg->free_units == 0;
     for (unsigned u = 0; u < units; u++) seg->unit_page[first + u] = NULL;
-    if ((seg->dirty_units & seg->free_units) == 0) {
-        seg->purge_at_ms = hz_os_now_ms() + HZ_PURGE_DELAY_MS;
-        if (heap->dirty_bytes == 0 || seg->purge_at_ms < heap->purge_at_ms)
-            heap->purge_at_ms = seg->purge_at_ms;
-    }
+    if (heap->purge_at_ms == 0) heap->purge_at_ms = hz_os_now_ms() + HZ_PURGE_DELAY_MS;
     seg->free_units |= m;
+    update_max_run(seg);
+    heap->used_bytes -= (size_t)units * HZ_UNIT_SIZE;
     heap->dirty_bytes += (size_t)units * HZ_UNIT_SIZE;
     if (was_full && heap->segments != seg) { /* it has room again: to the front */
         segment_unlink(heap, seg);
         seg->next = heap->segments;
         heap->segments->prev = seg;
         heap->segments = seg;
-    }
-    if (seg->free_units == ~0ULL && (seg->next != NULL || seg->prev != NULL)) {
-        segment_release(heap, seg); /* keep a heap's last segment for reuse */
-        return;
     }
     hz_heap_purge(heap, false);
 }

@@ -10,10 +10,10 @@ static uint32_t class_size_formula(unsigned c) {
     return (1u << k) + ((sub + 1u) << (k - 3));
 }
 
-/* Span length: enough units for at least 8 blocks (4 above 32 KiB), grown until the
- * tail left over after the last block is at most 1/8 of the span. */
+/* Span length: enough units for at least 8 blocks (4 above 32 KiB, 1 above 256 KiB),
+ * grown until the tail left after the last block is at most 1/8 of the span. */
 static uint8_t class_units(uint32_t size) {
-    size_t min_blocks = size > (32u << 10) ? 4 : 8;
+    size_t min_blocks = size > (256u << 10) ? 1 : size > (32u << 10) ? 4 : 8;
     size_t units = (min_blocks * size + HZ_UNIT_SIZE - 1) / HZ_UNIT_SIZE;
     for (; units < HZ_UNITS - 1; units++) {
         size_t bytes = units * HZ_UNIT_SIZE;

@@ -35,7 +35,7 @@
 #endif
 /* ...or at once when a heap holds more than this many bytes of freed, resident pages. */
 #ifndef HZ_DIRTY_BUDGET
-#define HZ_DIRTY_BUDGET 4194304
+#define HZ_DIRTY_BUDGET 16777216
 #endif
 /* Bytes of freed large blocks kept mapped for reuse (process-wide). */
 #ifndef HZ_LARGE_CACHE_BYTES
@@ -75,8 +75,8 @@
 #define HZ_ALIGNMENT 16
 #define HZ_DIRECT_MAX 1024                     /* sizes served by heap->direct[] */
 #define HZ_DIRECT_SLOTS (HZ_DIRECT_MAX / 16 + 1)
-#define HZ_MEDIUM_MAX ((size_t)256 << 10)      /* larger requests are "large" */
-#define HZ_CLASSES 97                          /* class 0 unused; 1..96 */
+#define HZ_MEDIUM_MAX ((size_t)2 << 20)        /* larger requests are "large" */
+#define HZ_CLASSES 121                         /* class 0 unused; 1..120 */
 #define HZ_ALIGNED_CLASS_MAX 4096              /* larger alignments go to the large path */
 
 /* Segment map entries. */
@@ -84,8 +84,7 @@ enum { HZ_SEG_NONE = 0, HZ_SEG_SMALL = 1, HZ_SEG_LARGE = 2 };
 
 /* ----------------------------------------------------------------- pages */
 typedef struct hz_page {
-    void *free;          /* blocks ready to hand out */
-    void *local_free;    /* blocks the owner freed since free ran dry */
+    void *free;          /* blocks ready to hand out, most recently freed first */
     uint32_t used;       /* blocks handed out and not yet back on a list */
     uint32_t block_size;
     uint32_t capacity;   /* blocks carved from the span so far */
@@ -108,14 +107,15 @@ typedef struct hz_segment {
     struct hz_heap *heap;        /* owner; stable while any block in it is live */
     uint64_t free_units;         /* bit i: unit i holds no page */
     uint64_t dirty_units;        /* bit i: unit i may hold non-zero data */
-    uint64_t purge_at_ms;        /* when its oldest freed, unpurged unit is due */
+    uint64_t purge_candidates;   /* free, unpurged units seen at the last purge epoch */
+    unsigned max_run;            /* longest run of free units (usable for multi-unit pages) */
     struct hz_segment *next, *prev; /* heap's segment list (with free units first) */
     hz_page_t *unit_page[HZ_UNITS]; /* unit -> page covering it */
     hz_page_t pages[HZ_UNITS];      /* indexed by a page's first unit */
 } hz_segment_t;
 
 _Static_assert(sizeof(hz_segment_t) <= HZ_SEGMENT_HEADER, "segment header too big");
-_Static_assert(sizeof(hz_page_t) == 64, "page descriptor should be one cache line");
+_Static_assert(sizeof(hz_page_t) <= 64, "page descriptor should fit a cache line");
 
 typedef struct hz_page_queue {
     hz_page_t *first, *last;
@@ -151,7 +151,8 @@ typedef struct hz_heap {
     hz_outbox_t outbox[HZ_OUTBOX_SLOTS];
     hz_segment_t *segments;             /* segments with free units come first */
     size_t dirty_bytes;                 /* freed page memory not yet purged */
-    uint64_t purge_at_ms;
+    size_t used_bytes;                  /* memory in pages */
+    uint64_t purge_at_ms;               /* next purge epoch, 0 when none is due */
     int state;
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
