@@ -7,7 +7,7 @@
 
 static hz_heap_t *heap_or_init(void) {
     hz_heap_t *heap = hz_tls_heap;
-    return heap != &hz_empty_heap ? heap : hz_thread_init();
+    return heap != &hz_empty_heap && heap != &hz_exiting_heap ? heap : hz_thread_init();
 }
 
 /* A block of class cls from the calling thread's heap; *zero tells whether it is
@@ -133,7 +133,7 @@ void *hz_aligned_impl(size_t alignment, size_t size) {
 int hz_trim_impl(void) {
     uint64_t before = atomic_load(&hz_gstats.bytes_purged) + atomic_load(&hz_gstats.bytes_unmapped);
     hz_heap_t *heap = hz_tls_heap;
-    if (heap != &hz_empty_heap) {
+    if (heap != &hz_empty_heap && heap != &hz_exiting_heap) {
         hz_outbox_flush_all(heap);
         hz_heap_collect(heap);
         hz_heap_retire_empty(heap);

@@ -15,6 +15,10 @@ hz_heap_t hz_empty_heap = {
     .direct = {[0 ... HZ_DIRECT_SLOTS - 1] = &hz_empty_page},
     .current = {[0 ... HZ_CLASSES - 1] = &hz_empty_page},
 };
+hz_heap_t hz_exiting_heap = {
+    .direct = {[0 ... HZ_DIRECT_SLOTS - 1] = &hz_empty_page},
+    .current = {[0 ... HZ_CLASSES - 1] = &hz_empty_page},
+};
 __thread hz_heap_t *hz_tls_heap __attribute__((tls_model("initial-exec"))) = &hz_empty_heap;
 
 enum { PROC_UNINIT, PROC_INITIALIZING, PROC_READY };
@@ -26,6 +30,7 @@ static bool heap_key_ok;
 static hz_lock_t heaps_lock; /* registry and abandoned list */
 static hz_heap_t *all_heaps;
 static hz_heap_t *abandoned;
+static size_t abandoned_dirty; /* freed resident bytes in abandoned heaps */
 
 static void thread_done(void *arg);
 static void fork_prepare(void);
@@ -82,6 +87,7 @@ static hz_heap_t *heap_adopt(void) {
         abandoned = heap->next_abandoned;
         heap->next_abandoned = NULL;
         heap->state = HZ_HEAP_OWNED;
+        abandoned_dirty -= heap->dirty_bytes < abandoned_dirty ? heap->dirty_bytes : abandoned_dirty;
     }
     hz_lock_release(&heaps_lock);
     if (heap != NULL) hz_gstat_add(heaps_adopted, 1);
@@ -90,7 +96,7 @@ static hz_heap_t *heap_adopt(void) {
 
 /* The calling thread's heap, made on its first allocation. */
 hz_heap_t *hz_thread_init(void) {
-    if (hz_tls_heap != &hz_empty_heap) return hz_tls_heap;
+    if (hz_tls_heap != &hz_empty_heap && hz_tls_heap != &hz_exiting_heap) return hz_tls_heap;
     process_init_core();
     hz_heap_t *heap = heap_adopt();
     if (heap == NULL) heap = heap_create();
@@ -103,13 +109,24 @@ hz_heap_t *hz_thread_init(void) {
     return heap;
 }
 
+/* Abandoned heaps keep their freed memory resident for the next thread to adopt
+ * them, up to this much in all: short-lived threads then cost no madvise and
+ * page-fault round trip.  Beyond it, exiting threads purge. */
+#define ABANDONED_DIRTY_MAX ((size_t)4 * HZ_DIRTY_BUDGET)
+
 /* Give up a heap: return what can be returned, keep the rest for a future owner. */
 static void heap_abandon(hz_heap_t *heap) {
     hz_outbox_flush_all(heap);
     hz_heap_collect(heap);
     hz_heap_retire_empty(heap);
-    hz_heap_purge(heap, true);
-    hz_heap_release_segments(heap, false);
+    hz_lock_acquire(&heaps_lock);
+    bool keep = abandoned_dirty + heap->dirty_bytes <= ABANDONED_DIRTY_MAX;
+    if (keep) abandoned_dirty += heap->dirty_bytes;
+    hz_lock_release(&heaps_lock);
+    if (!keep) {
+        hz_heap_purge(heap, true);
+        hz_heap_release_segments(heap, true);
+    }
     heap_reset(heap);
     hz_lock_acquire(&heaps_lock);
     heap->state = HZ_HEAP_ABANDONED;
@@ -119,11 +136,12 @@ static void heap_abandon(hz_heap_t *heap) {
 }
 
 /* Key destructor at thread exit.  Later destructors that free still work: the thread
- * is heapless again and its frees go straight to the owners' inboxes. */
+ * is heapless and its frees go straight to the owners' inboxes; one that allocates
+ * gets a heap again (and this destructor runs again in the next round). */
 static void thread_done(void *arg) {
     hz_heap_t *heap = arg;
     if (heap == NULL || heap != hz_tls_heap) return;
-    hz_tls_heap = &hz_empty_heap;
+    hz_tls_heap = &hz_exiting_heap;
     heap_abandon(heap);
     hz_gstat_sub(threads_live, 1);
 }

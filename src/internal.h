@@ -80,7 +80,8 @@ HZ_INLINE hz_page_t *hz_page_of(const hz_segment_t *seg, const void *p) {
 }
 
 /* ------------------------------------------------------------- thread heap */
-extern hz_heap_t hz_empty_heap HZ_HIDDEN;
+extern hz_heap_t hz_empty_heap HZ_HIDDEN;   /* threads that have not allocated yet */
+extern hz_heap_t hz_exiting_heap HZ_HIDDEN; /* threads past their heap's destructor */
 extern hz_page_t hz_empty_page HZ_HIDDEN;
 extern __thread hz_heap_t *hz_tls_heap HZ_HIDDEN __attribute__((tls_model("initial-exec")));
 

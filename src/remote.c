@@ -31,9 +31,9 @@ void hz_outbox_flush_all(hz_heap_t *heap) {
 
 void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p) {
     hz_heap_t *owner = seg->heap;
-    if (hz_unlikely(heap == &hz_empty_heap)) {
-        /* A thread without a heap (not started, or exiting): post the block alone
-         * rather than create a heap just to free. */
+    if (hz_unlikely(heap == &hz_empty_heap)) heap = hz_thread_init(); /* batch from now on */
+    if (hz_unlikely(heap == NULL || heap == &hz_exiting_heap)) {
+        /* An exiting thread (or no memory for a heap): post the block alone. */
         atomic_fetch_add_explicit(&hz_heapless_frees[page->cls], 1, memory_order_relaxed);
         inbox_push(owner, p, p);
         return;

@@ -1,0 +1,118 @@
+/* unit_core.c - unit tests of the core, linked with the allocator's objects directly
+ * (no libc names): the size-class table and the pointer -> page/owner lookup. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hakozuna.h"
+#include "internal.h"
+
+static int failures;
+#define EXPECT(c, ...)                                                  \
+    do {                                                                \
+        if (!(c)) {                                                     \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);             \
+            fprintf(stderr, __VA_ARGS__);                               \
+            fputc('\n', stderr);                                        \
+            failures++;                                                 \
+        }                                                               \
+    } while (0)
+
+static void test_classes(void) {
+    hz_sizeclass_init();
+    uint32_t prev = 0;
+    for (unsigned c = 1; c < HZ_CLASSES; c++) {
+        uint32_t s = hz_class_size[c];
+        EXPECT(s > prev, "class %u size %u not increasing", c, s);
+        EXPECT(s % 16 == 0, "class %u size %u not 16-aligned", c, s);
+        /* Worst request of this class is prev+1: waste below 1/8 above 256 B. */
+        if (prev >= 256) EXPECT((uint64_t)(s - prev - 1) * 8 <= prev + 1,
+                                "class %u wastes more than 12.5%%", c);
+        size_t span = (size_t)hz_class_units[c] * HZ_UNIT_SIZE;
+        EXPECT(hz_class_units[c] >= 1 && hz_class_units[c] < HZ_UNITS, "class %u units", c);
+        EXPECT(span / s >= 1, "class %u: no block fits its span", c);
+        EXPECT((span % s) * 8 <= span, "class %u: span tail wastes more than 1/8", c);
+        prev = s;
+    }
+    EXPECT(hz_class_size[HZ_CLASSES - 1] == HZ_MEDIUM_MAX, "last class is not HZ_MEDIUM_MAX");
+    /* Every size maps to the smallest class that holds it. */
+    for (size_t n = 1; n <= HZ_MEDIUM_MAX; n += (n < 65536 ? 1 : 61)) {
+        unsigned c = hz_size_class(n);
+        EXPECT(c >= 1 && c < HZ_CLASSES, "size %zu -> class %u out of range", n, c);
+        EXPECT(hz_class_size[c] >= n, "size %zu -> class %u too small", n, c);
+        EXPECT(c == 1 || hz_class_size[c - 1] < n, "size %zu -> class %u not smallest", n, c);
+    }
+    for (size_t a = 32; a <= HZ_ALIGNED_CLASS_MAX; a *= 2) {
+        unsigned c = hz_aligned_class(100, a);
+        EXPECT(c != 0 && hz_class_size[c] % a == 0 && hz_class_size[c] >= 100,
+               "aligned class for 100 B / %zu", a);
+    }
+}
+
+static void test_lookup(void) {
+    /* Blocks of every class are found through the segment map; their page has the
+     * right class and the segment is owned by this thread's heap. */
+    for (unsigned c = 1; c < HZ_CLASSES; c += 3) {
+        size_t n = hz_class_size[c];
+        char *p = hz_malloc(n);
+        EXPECT(p != NULL, "malloc %zu", n);
+        if (p == NULL) continue;
+        EXPECT(hz_segmap_kind((uintptr_t)p) == HZ_SEG_SMALL, "%zu: not in a small segment", n);
+        hz_segment_t *seg = hz_segment_of(p);
+        hz_page_t *page = hz_page_of(seg, p);
+        EXPECT(page != NULL && page->cls == c, "%zu: page class %u", n, page ? page->cls : 0);
+        EXPECT(seg->heap == hz_tls_heap, "%zu: owner is not this thread's heap", n);
+        EXPECT(p >= page->start && p < page->start + (size_t)page->reserved * page->block_size,
+               "%zu: block outside its page", n);
+        EXPECT(((uintptr_t)p - (uintptr_t)page->start) % page->block_size == 0,
+               "%zu: block not on a block boundary", n);
+        EXPECT(hz_usable_size(p) == n, "%zu: usable %zu", n, hz_usable_size(p));
+        memset(p, 0xab, n);
+        hz_free(p);
+    }
+    /* Large blocks: header found, usable size covers the request. */
+    char *big = hz_malloc(HZ_MEDIUM_MAX + 1);
+    EXPECT(big != NULL && hz_large_header(big) != NULL, "large block header");
+    EXPECT(hz_usable_size(big) >= HZ_MEDIUM_MAX + 1, "large usable");
+    hz_free(big);
+    /* Pointers that are not ours: not found, and freeing them does nothing. */
+    static char not_ours[64];
+    EXPECT(hz_segmap_kind((uintptr_t)not_ours) == HZ_SEG_NONE, "static array seen as ours");
+    EXPECT(hz_usable_size(not_ours) == 0, "usable size of a foreign pointer");
+    EXPECT(hz_segmap_kind((uintptr_t)1 << 60) == HZ_SEG_NONE, "high address seen as ours");
+    struct hz_stats before, after;
+    hz_stats_get(&before, sizeof before);
+    hz_free(not_ours);
+    hz_stats_get(&after, sizeof after);
+    EXPECT(after.foreign_frees == before.foreign_frees + 1, "foreign free not counted");
+    EXPECT(hz_stats_get(NULL, 0) == -1 && errno == EINVAL, "hz_stats_get(NULL)");
+}
+
+static void test_reuse_and_zero(void) {
+    /* A freed block is handed out again (LIFO) and calloc memory is zero after reuse. */
+    char *a = hz_malloc(48);
+    hz_free(a);
+    char *b = hz_malloc(48);
+    EXPECT(a == b, "freed block not reused first");
+    memset(b, 0x5a, 48);
+    hz_free(b);
+    unsigned char *z = hz_calloc(3, 16);
+    EXPECT(z != NULL, "calloc");
+    for (int i = 0; z && i < 48; i++) EXPECT(z[i] == 0, "calloc byte %d = %u", i, z[i]);
+    hz_free(z);
+    EXPECT(hz_calloc(SIZE_MAX / 2, 3) == NULL && errno == ENOMEM, "calloc overflow");
+    EXPECT(hz_aligned_alloc(24, 8) == NULL && errno == EINVAL, "bad alignment");
+}
+
+int main(void) {
+    test_classes();
+    test_lookup();
+    test_reuse_and_zero();
+    if (failures) {
+        fprintf(stderr, "unit_core: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("unit_core: size classes, lookup, reuse: ok\n");
+    return 0;
+}
