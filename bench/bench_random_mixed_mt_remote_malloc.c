@@ -22,7 +22,10 @@
  * After its loop a thread frees the rest of its working set, announces that
  * it will send no more blocks, and drains its ring until its producer has
  * made the same announcement.  All threads start together at a barrier; the
- * wall time from the barrier to the last join is the measured phase.
+ * measured phase is the wall time from the first thread leaving the barrier
+ * to the last thread finishing its final drain.  Note that when threads
+ * outnumber the available cores, a descheduled receiver lets its ring fill
+ * up and the fallback rate rises.
  *
  * Counts:
  *   ops           all mallocs plus all frees performed in the phase (local

@@ -219,7 +219,9 @@ static void *producer(void *arg)
 
 static void *consumer(void *arg)
 {
-    (void)arg;
+    /* Odd consumers also allocate (so they own a heap of their own), even ones
+     * only ever free: both kinds of remote free get exercised. */
+    unsigned id = (unsigned)(uintptr_t)arg;
     uint64_t fsum = 0, fcnt = 0, nret = 0;
     for (;;) {
         pthread_mutex_lock(&q_mu);
@@ -236,8 +238,21 @@ static void *consumer(void *arg)
         pthread_mutex_unlock(&q_mu);
 
         CHECK(bt->n == BATCH && bt->producer < NPROD, "damaged batch %p", (void *)bt);
-        for (unsigned i = 0; i < bt->n; i++)
-            verify(bt->blk[i], "consumer");
+        uint64_t *seqs = NULL;
+        if (id & 1) {
+            seqs = (uint64_t *)malloc(bt->n * sizeof *seqs);
+            CHECK(seqs != NULL, "consumer: malloc failed");
+        }
+        for (unsigned i = 0; i < bt->n; i++) {
+            uint64_t s = verify(bt->blk[i], "consumer");
+            if (seqs)
+                seqs[i] = s;
+        }
+        if (seqs) {
+            for (unsigned i = 1; i < bt->n; i++)
+                CHECK(seqs[i] == seqs[i - 1] + 1, "batch out of sequence");
+            free(seqs);
+        }
         if (bt->id % 4 == 1) {
             /* Free half here, send the other half back to its allocator. */
             for (unsigned i = 0; i < bt->n; i += 2) {
@@ -285,7 +300,8 @@ int main(void)
     }
     pthread_t pt[NPROD], ct[NCONS];
     for (int i = 0; i < NCONS; i++)
-        CHECK(pthread_create(&ct[i], NULL, consumer, NULL) == 0, "pthread_create failed");
+        CHECK(pthread_create(&ct[i], NULL, consumer, (void *)(uintptr_t)i) == 0,
+              "pthread_create failed");
     for (int i = 0; i < NPROD; i++)
         CHECK(pthread_create(&pt[i], NULL, producer, (void *)(uintptr_t)i) == 0,
               "pthread_create failed");
