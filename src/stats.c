@@ -13,10 +13,7 @@ _Atomic uint64_t hz_heapless_frees[HZ_CLASSES];
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
-typedef struct merged {
-    uint64_t mallocs[HZ_CLASSES], frees[HZ_CLASSES];
-    uint64_t remote_sent, remote_recv, remote_batches;
-} merged_t;
+typedef hz_stats_snapshot_t merged_t;
 
 static void merge_heap(hz_heap_t *heap, void *arg) {
     merged_t *m = arg;
@@ -27,6 +24,9 @@ static void merge_heap(hz_heap_t *heap, void *arg) {
     m->remote_sent += LOAD(heap->stats.remote_sent);
     m->remote_recv += LOAD(heap->stats.remote_recv);
     m->remote_batches += LOAD(heap->stats.remote_batches);
+    m->refills += LOAD(heap->stats.refills);
+    m->pages_made += LOAD(heap->stats.pages_made);
+    m->pages_retired += LOAD(heap->stats.pages_retired);
 }
 
 static void merge_all(merged_t *m) {
@@ -40,6 +40,14 @@ HZ_API int hz_stats_get(struct hz_stats *out, size_t size) {
         errno = EINVAL;
         return -1;
     }
+    merged_t m;
+    hz_stats_snapshot(&m);
+    memcpy(out, &m.totals, size < sizeof m.totals ? size : sizeof m.totals);
+    return 0;
+}
+
+/* Every counter of every heap, merged: totals plus per-class counts. */
+void hz_stats_snapshot(hz_stats_snapshot_t *snap) {
     merged_t m;
     struct hz_stats s;
     memset(&s, 0, sizeof s);
@@ -66,8 +74,8 @@ HZ_API int hz_stats_get(struct hz_stats *out, size_t size) {
     s.heaps_adopted = LOAD(hz_gstats.heaps_adopted);
     s.threads_live = LOAD(hz_gstats.threads_live);
     s.segments_mapped = LOAD(hz_gstats.segments_mapped);
-    memcpy(out, &s, size < sizeof s ? size : sizeof s);
-    return 0;
+    m.totals = s;
+    *snap = m;
 }
 
 /* mallinfo2 from our counters: arena/hblkhd = bytes mapped, uordblks = bytes in use. */

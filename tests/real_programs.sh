@@ -160,7 +160,7 @@ run_git() {
         limit git init -q .
         n=0
         for c in $(seq 1 40); do
-            for f in 1 2 3 4 5; do
+            for _ in 1 2 3 4 5; do
                 n=$((n + 1))
                 mkdir -p "dir$((n % 10))"
                 {

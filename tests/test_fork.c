@@ -143,7 +143,7 @@ static void child(void **pre, unsigned round)
     uint64_t rng = 5000 + round;
     enum { N = 512 };
     void *v[N] = {0};
-    for (int i = 0; i < 20000; i++) {
+    for (int i = 0; i < 8000; i++) {
         unsigned k = (unsigned)(hz_test_rand(&rng) % N);
         if (v[k])
             check_free(v[k], "child");
