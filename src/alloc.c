@@ -2,7 +2,7 @@
  * and the exported hz_* interface. */
 #include <errno.h>
 
-#include "alloc.h"
+#include "entry.h"
 #include "hakozuna.h"
 
 static hz_heap_t *heap_or_init(void) {
@@ -16,6 +16,12 @@ static void *alloc_class(unsigned cls, bool *zero) {
     hz_heap_t *heap = heap_or_init();
     if (hz_unlikely(heap == NULL)) goto oom;
     hz_page_t *page = heap->current[cls];
+#if HZ_STASH_BLOCKS
+    /* Own pages dry: serve the stash of other threads' blocks from the fast path
+     * until it is empty too, then go back to the pages. */
+    if (page->free == NULL && page != &heap->stash[cls] && heap->stash[cls].free != NULL)
+        hz_set_current(heap, cls, page = &heap->stash[cls]);
+#endif
     if (page->free == NULL && (page = hz_page_ready(heap, cls)) == NULL) goto oom;
     *zero = page->free_is_zero;
     return hz_page_pop(heap, page, page->free);
@@ -148,11 +154,11 @@ int hz_trim_impl(void) {
 }
 
 /* ------------------------------------------------------------ hz_* API */
-HZ_API void *hz_malloc(size_t size) { return hz_alloc_fast(size); }
-HZ_API void hz_free(void *p) { hz_free_fast(p); }
-HZ_API void *hz_calloc(size_t count, size_t size) { return hz_calloc_impl(count, size); }
-HZ_API void *hz_realloc(void *p, size_t size) { return hz_realloc_impl(p, size); }
-HZ_API size_t hz_usable_size(const void *p) { return hz_usable_size_impl(p); }
+HZ_API void *hz_malloc(size_t size) { return hz_entry_malloc(size); }
+HZ_API void hz_free(void *p) { hz_entry_free(p); }
+HZ_API void *hz_calloc(size_t count, size_t size) { return hz_entry_calloc(count, size); }
+HZ_API void *hz_realloc(void *p, size_t size) { return hz_entry_realloc(p, size); }
+HZ_API size_t hz_usable_size(const void *p) { return hz_entry_usable(p); }
 HZ_API int hz_trim(void) { return hz_trim_impl(); }
 
 HZ_API void *hz_aligned_alloc(size_t alignment, size_t size) {
@@ -160,5 +166,5 @@ HZ_API void *hz_aligned_alloc(size_t alignment, size_t size) {
         errno = EINVAL;
         return NULL;
     }
-    return hz_aligned_impl(alignment, size);
+    return hz_entry_aligned(alignment, size);
 }

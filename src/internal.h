@@ -135,6 +135,8 @@ void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;
 void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p) HZ_HIDDEN;
 void hz_heap_collect(hz_heap_t *heap) HZ_HIDDEN;
 void hz_outbox_flush_all(hz_heap_t *heap) HZ_HIDDEN;
+bool hz_inbox_pending(hz_heap_t *heap) HZ_HIDDEN;
+void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) HZ_HIDDEN;
 
 /* ----------------------------------------------------------------- large */
 void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) HZ_HIDDEN;

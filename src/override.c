@@ -5,16 +5,16 @@
 #include <malloc.h>
 #include <stdlib.h>
 
-#include "alloc.h"
+#include "entry.h"
 #include "posix.h"
 
 #define HZ_EXPORT __attribute__((visibility("default")))
 
 /* ----------------------------------------------------------- C and POSIX */
-HZ_EXPORT void *malloc(size_t size) { return hz_alloc_fast(size); }
-HZ_EXPORT void free(void *p) { hz_free_fast(p); }
-HZ_EXPORT void *calloc(size_t n, size_t size) { return hz_calloc_impl(n, size); }
-HZ_EXPORT void *realloc(void *p, size_t size) { return hz_realloc_impl(p, size); }
+HZ_EXPORT void *malloc(size_t size) { return hz_entry_malloc(size); }
+HZ_EXPORT void free(void *p) { hz_entry_free(p); }
+HZ_EXPORT void *calloc(size_t n, size_t size) { return hz_entry_calloc(n, size); }
+HZ_EXPORT void *realloc(void *p, size_t size) { return hz_entry_realloc(p, size); }
 HZ_EXPORT void *reallocarray(void *p, size_t n, size_t size) {
     return hz_reallocarray_impl(p, n, size);
 }
@@ -27,7 +27,7 @@ HZ_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
 HZ_EXPORT void *memalign(size_t alignment, size_t size) { return hz_memalign_impl(alignment, size); }
 HZ_EXPORT void *valloc(size_t size) { return hz_valloc_impl(size); }
 HZ_EXPORT void *pvalloc(size_t size) { return hz_pvalloc_impl(size); }
-HZ_EXPORT size_t malloc_usable_size(void *p) { return hz_usable_size_impl(p); }
+HZ_EXPORT size_t malloc_usable_size(void *p) { return hz_entry_usable(p); }
 HZ_EXPORT int malloc_trim(size_t pad) {
     (void)pad;
     return hz_trim_impl();
@@ -50,16 +50,11 @@ HZ_EXPORT struct mallinfo mallinfo(void) {
 HZ_EXPORT void free_sized(void *p, size_t size);
 HZ_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t size);
 HZ_EXPORT void cfree(void *p);
-void free_sized(void *p, size_t size) {
-    (void)size;
-    hz_free_fast(p);
-}
+void free_sized(void *p, size_t size) { hz_entry_free_sized(p, size, 0); }
 void free_aligned_sized(void *p, size_t alignment, size_t size) {
-    (void)alignment;
-    (void)size;
-    hz_free_fast(p);
+    hz_entry_free_sized(p, size, alignment);
 }
-void cfree(void *p) { hz_free_fast(p); }
+void cfree(void *p) { hz_entry_free(p); }
 
 /* glibc's internal names, which some programs and libraries call directly. */
 HZ_EXPORT void *__libc_malloc(size_t size);
@@ -69,10 +64,10 @@ HZ_EXPORT void *__libc_realloc(void *p, size_t size);
 HZ_EXPORT void *__libc_memalign(size_t alignment, size_t size);
 HZ_EXPORT void *__libc_valloc(size_t size);
 HZ_EXPORT void *__libc_pvalloc(size_t size);
-void *__libc_malloc(size_t size) { return hz_alloc_fast(size); }
-void __libc_free(void *p) { hz_free_fast(p); }
-void *__libc_calloc(size_t n, size_t size) { return hz_calloc_impl(n, size); }
-void *__libc_realloc(void *p, size_t size) { return hz_realloc_impl(p, size); }
+void *__libc_malloc(size_t size) { return hz_entry_malloc(size); }
+void __libc_free(void *p) { hz_entry_free(p); }
+void *__libc_calloc(size_t n, size_t size) { return hz_entry_calloc(n, size); }
+void *__libc_realloc(void *p, size_t size) { return hz_entry_realloc(p, size); }
 void *__libc_memalign(size_t alignment, size_t size) { return hz_memalign_impl(alignment, size); }
 void *__libc_valloc(size_t size) { return hz_valloc_impl(size); }
 void *__libc_pvalloc(size_t size) { return hz_pvalloc_impl(size); }
@@ -97,17 +92,17 @@ static HZ_COLD void *new_failed(size_t size, size_t alignment, bool nothrow) {
             abort();
         }
         h(); /* may free memory, throw, or terminate */
-        void *p = alignment ? hz_aligned_impl(alignment, size) : hz_alloc_fast(size);
+        void *p = alignment ? hz_entry_aligned(alignment, size) : hz_entry_malloc(size);
         if (p != NULL) return p;
     }
 }
 
 HZ_INLINE void *cxx_new(size_t size) {
-    void *p = hz_alloc_fast(size);
+    void *p = hz_entry_malloc(size);
     return hz_likely(p != NULL) ? p : new_failed(size, 0, false);
 }
 HZ_INLINE void *cxx_new_nothrow(size_t size) {
-    void *p = hz_alloc_fast(size);
+    void *p = hz_entry_malloc(size);
     return hz_likely(p != NULL) ? p : new_failed(size, 0, true);
 }
 static void *cxx_new_aligned(size_t size, size_t alignment, bool nothrow) {
@@ -115,7 +110,7 @@ static void *cxx_new_aligned(size_t size, size_t alignment, bool nothrow) {
         if (nothrow) return NULL;
         return new_failed((size_t)-1, 0, false);
     }
-    void *p = hz_aligned_impl(alignment, size);
+    void *p = hz_entry_aligned(alignment, size);
     return hz_likely(p != NULL) ? p : new_failed(size, alignment, nothrow);
 }
 
@@ -136,31 +131,25 @@ HZ_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, NOTHROW)
     return cxx_new_aligned(n, al, true);
 }
 /* delete */
-HZ_EXPORT void _ZdlPv(void *p) { hz_free_fast(p); }
-HZ_EXPORT void _ZdaPv(void *p) { hz_free_fast(p); }
-HZ_EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; hz_free_fast(p); }
-HZ_EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; hz_free_fast(p); }
-HZ_EXPORT void _ZdlPvRKSt9nothrow_t(void *p, NOTHROW) { (void)nt; hz_free_fast(p); }
-HZ_EXPORT void _ZdaPvRKSt9nothrow_t(void *p, NOTHROW) { (void)nt; hz_free_fast(p); }
-HZ_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) { (void)al; hz_free_fast(p); }
-HZ_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) { (void)al; hz_free_fast(p); }
+HZ_EXPORT void _ZdlPv(void *p) { hz_entry_free(p); }
+HZ_EXPORT void _ZdaPv(void *p) { hz_entry_free(p); }
+HZ_EXPORT void _ZdlPvm(void *p, size_t n) { hz_entry_free_sized(p, n, 0); }
+HZ_EXPORT void _ZdaPvm(void *p, size_t n) { hz_entry_free_sized(p, n, 0); }
+HZ_EXPORT void _ZdlPvRKSt9nothrow_t(void *p, NOTHROW) { (void)nt; hz_entry_free(p); }
+HZ_EXPORT void _ZdaPvRKSt9nothrow_t(void *p, NOTHROW) { (void)nt; hz_entry_free(p); }
+HZ_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) { hz_entry_free_sized(p, HZ_SIZE_UNKNOWN, al); }
+HZ_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) { hz_entry_free_sized(p, HZ_SIZE_UNKNOWN, al); }
 HZ_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
-    (void)n;
-    (void)al;
-    hz_free_fast(p);
+    hz_entry_free_sized(p, n, al);
 }
 HZ_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
-    (void)n;
-    (void)al;
-    hz_free_fast(p);
+    hz_entry_free_sized(p, n, al);
 }
 HZ_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, NOTHROW) {
-    (void)al;
     (void)nt;
-    hz_free_fast(p);
+    hz_entry_free_sized(p, HZ_SIZE_UNKNOWN, al);
 }
 HZ_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, NOTHROW) {
-    (void)al;
     (void)nt;
-    hz_free_fast(p);
+    hz_entry_free_sized(p, HZ_SIZE_UNKNOWN, al);
 }

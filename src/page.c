@@ -31,7 +31,7 @@ static void queue_push_back(hz_page_queue_t *q, hz_page_t *page) {
 }
 
 /* The page the fast path pops from for class cls (and every direct slot mapping to it). */
-static void set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
+void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
     if (page == NULL) page = &hz_empty_page;
     heap->current[cls] = page;
     if (hz_class_size[cls] > HZ_DIRECT_MAX) return;
@@ -73,7 +73,7 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
     if (page->in_queue) {
         bool was_current = heap->current[cls] == page;
         queue_remove(&heap->queues[cls], page);
-        if (was_current) set_current(heap, cls, heap->queues[cls].first);
+        if (was_current) hz_set_current(heap, cls, heap->queues[cls].first);
     }
     hz_stat_inc(heap->stats.pages_retired);
     hz_span_free(heap, page);
@@ -92,7 +92,7 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     if (page->in_full) {
         page->in_full = 0;
         queue_push_back(&heap->queues[page->cls], page);
-        if (heap->current[page->cls] == &hz_empty_page) set_current(heap, page->cls, page);
+        if (heap->current[page->cls] == &hz_empty_page) hz_set_current(heap, page->cls, page);
     }
 }
 
@@ -132,7 +132,7 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     if (page == NULL) {
         page = page_new(heap, cls);
         if (page == NULL) {
-            set_current(heap, cls, q->first);
+            hz_set_current(heap, cls, q->first);
             return NULL;
         }
         page_extend(page);
@@ -141,7 +141,7 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
         queue_remove(q, page);
         queue_push_front(q, page);
     }
-    set_current(heap, cls, page);
+    hz_set_current(heap, cls, page);
     return page;
 }
 
@@ -149,6 +149,6 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
  * a block on its free list (NULL when the OS has no memory). */
 hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) {
     hz_stat_inc(heap->stats.refills);
-    if (atomic_load_explicit(&heap->inbox, memory_order_relaxed) != NULL) hz_heap_collect(heap);
+    if (hz_inbox_pending(heap)) hz_heap_collect(heap);
     return find_page(heap, cls);
 }

@@ -2,7 +2,7 @@
  * overflow, errno), kept apart from the fast paths they call. */
 #include <errno.h>
 
-#include "internal.h"
+#include "entry.h"
 #include "posix.h"
 
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
@@ -10,7 +10,7 @@ static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 int hz_posix_memalign_impl(void **out, size_t alignment, size_t size) {
     if (!is_pow2(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
     int saved = errno;
-    void *p = hz_aligned_impl(alignment, size);
+    void *p = hz_entry_aligned(alignment, size);
     errno = saved; /* posix_memalign reports through its result only */
     if (p == NULL) return ENOMEM;
     *out = p;
@@ -22,7 +22,7 @@ void *hz_aligned_alloc_impl(size_t alignment, size_t size) {
         errno = EINVAL;
         return NULL;
     }
-    return hz_aligned_impl(alignment, size);
+    return hz_entry_aligned(alignment, size);
 }
 
 /* As glibc: a non-power-of-two alignment is rounded up to the next power of two. */
@@ -36,10 +36,10 @@ void *hz_memalign_impl(size_t alignment, size_t size) {
         while (a < alignment) a <<= 1;
         alignment = a;
     }
-    return hz_aligned_impl(alignment, size);
+    return hz_entry_aligned(alignment, size);
 }
 
-void *hz_valloc_impl(size_t size) { return hz_aligned_impl(hz_os_page_size, size); }
+void *hz_valloc_impl(size_t size) { return hz_entry_aligned(hz_os_page_size, size); }
 
 void *hz_pvalloc_impl(size_t size) {
     size_t ps = hz_os_page_size;
@@ -47,7 +47,7 @@ void *hz_pvalloc_impl(size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    return hz_aligned_impl(ps, hz_align_up(size ? size : 1, ps));
+    return hz_entry_aligned(ps, hz_align_up(size ? size : 1, ps));
 }
 
 void *hz_reallocarray_impl(void *p, size_t count, size_t size) {
@@ -56,5 +56,5 @@ void *hz_reallocarray_impl(void *p, size_t count, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    return hz_realloc_impl(p, total);
+    return hz_entry_realloc(p, total);
 }

@@ -18,9 +18,6 @@
 #include <stdint.h>
 
 /* ------------------------------------------------------------- tunables */
-#ifndef HZ_VARIANT_NAME
-#define HZ_VARIANT_NAME "default"
-#endif
 /* Blocks a thread collects before posting them to the owning thread in one atomic push. */
 #ifndef HZ_REMOTE_BATCH
 #define HZ_REMOTE_BATCH 64
@@ -52,6 +49,42 @@
 /* Per-thread event counters (cheap, owner-written; see stats.c). */
 #ifndef HZ_STATS
 #define HZ_STATS 1
+#endif
+
+/* ------------------------------------------------------- variant policies
+ * The variants share every line of code; they differ only here.
+ *   default  one inbox per heap, 8 owners batched at once.
+ *   scale    many threads freeing into the same owners: the owner's inbox is split
+ *            into shards chosen by the sender, senders batch for 4x as many owners
+ *            at once, and each thread keeps a small stash (below) of 64 blocks per
+ *            class, so neither inboxes nor outboxes become hot spots.
+ *   mt       remote-free-first: a thread keeps up to 256 blocks per class that it
+ *            freed for other threads in a stash and hands them out again itself from
+ *            the fast path, so blocks that travel between threads are reused where
+ *            they are hot in cache; only the overflow travels back to the owners.
+ *   debug    the default policies plus the checking layer (HZ_DEBUG, debug.c). */
+#if defined(HZ_VARIANT_SCALE)
+#define HZ_VARIANT_NAME "scale"
+#define HZ_INBOX_SHARDS 8
+#define HZ_OUTBOX_WAYS (4 * HZ_OUTBOX_SLOTS)
+#define HZ_STASH_BLOCKS 64
+#elif defined(HZ_VARIANT_MT)
+#define HZ_VARIANT_NAME "mt"
+#define HZ_INBOX_SHARDS 4
+#define HZ_OUTBOX_WAYS (2 * HZ_OUTBOX_SLOTS)
+#define HZ_STASH_BLOCKS 256
+#else
+#if HZ_DEBUG
+#define HZ_VARIANT_NAME "debug"
+#else
+#define HZ_VARIANT_NAME "default"
+#endif
+#define HZ_INBOX_SHARDS 1
+#define HZ_OUTBOX_WAYS HZ_OUTBOX_SLOTS
+#define HZ_STASH_BLOCKS 0
+#endif
+#ifndef HZ_DEBUG
+#define HZ_DEBUG 0
 #endif
 
 /* ----------------------------------------------------------- geometry */
@@ -128,6 +161,7 @@ typedef struct hz_outbox {
     uint32_t count;
 } hz_outbox_t;
 
+
 /* Counters written only by the owning thread (relaxed atomics so readers may race). */
 typedef _Atomic uint64_t hz_counter_t;
 typedef struct hz_heap_stats {
@@ -146,9 +180,14 @@ enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3 };
 typedef struct hz_heap {
     hz_page_t *direct[HZ_DIRECT_SLOTS]; /* (size+15)/16 -> page to allocate from */
     hz_page_t *current[HZ_CLASSES];     /* class -> page to allocate from */
-    _Atomic(void *) inbox;              /* blocks other threads freed, linked */
     hz_page_queue_t queues[HZ_CLASSES]; /* pages with free blocks, current first */
-    hz_outbox_t outbox[HZ_OUTBOX_SLOTS];
+    hz_outbox_t outbox[HZ_OUTBOX_WAYS];
+#if HZ_STASH_BLOCKS
+    /* Other threads' blocks this thread freed, kept for its own reuse (mt): a page
+     * descriptor that owns no memory, so the fast path can pop from it.  Its
+     * `capacity` counts pushes and `used` pops. */
+    hz_page_t stash[HZ_CLASSES];
+#endif
     hz_segment_t *segments;             /* segments with free units come first */
     size_t dirty_bytes;                 /* freed page memory not yet purged */
     size_t used_bytes;                  /* memory in pages */
@@ -157,6 +196,10 @@ typedef struct hz_heap {
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
     hz_heap_stats_t stats;
+    /* Blocks other threads freed, linked; written by them, so on lines of its own. */
+    struct {
+        _Alignas(64) _Atomic(void *) head;
+    } inbox[HZ_INBOX_SHARDS];
 } hz_heap_t;
 
 /* Header of a large block, at (ptr - 1) rounded down to a segment boundary. */

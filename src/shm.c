@@ -1,0 +1,315 @@
+/* shm.c - live counters in a POSIX shared-memory segment for hzstat(1).
+ *
+ * Off unless the environment holds exactly HAKOZUNA_STATS=1 when the library's
+ * constructor runs (and never in secure-execution mode: setuid/setgid programs and
+ * file capabilities).  When on, the constructor creates /dev/shm/hakozuna.<pid>
+ * (include/hakozuna_shm.h describes it) and the allocator's slow paths republish the
+ * merged counters there at most every HZ_SHM_PUBLISH_MS, one thread at a time, under
+ * a seqlock; the destructor publishes a last time and removes it.  Switching it on
+ * changes nothing in how memory is allocated.
+ *
+ * Like the rest of the core this never allocates, never uses stdio, getenv or dlsym:
+ * the environment is read through `environ` and files through raw system calls.  Any
+ * failure (no /dev/shm, no space, a name taken by someone else) leaves the process
+ * running without stats, silently.
+ *
+ * fork: the child must neither write into nor remove its parent's segment.  An atfork
+ * handler drops the inherited mapping in the child; the next publish there sees a new
+ * pid and makes the child a segment of its own.  The creating process holds an
+ * exclusive flock on the object (the descriptor is close-on-exec), so a segment left
+ * behind by an earlier program image of the same pid (exec without exit) is
+ * recognised as free and replaced.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/auxv.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "hakozuna.h"
+#include "hakozuna_shm.h"
+
+extern char **environ;
+
+_Static_assert(HZ_CLASSES <= HZ_SHM_MAX_CLASSES, "size classes do not fit the segment");
+
+#define STORE(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+
+static _Atomic int shm_on;       /* 1: publishing (or about to, after a fork) */
+static _Atomic int shm_started;  /* hz_shm_start ran */
+static _Atomic int publish_busy; /* try-lock: one publisher at a time */
+static _Atomic uint64_t next_publish_ms;
+static struct hz_shm_segment *shm; /* our mapping, NULL when none */
+static size_t shm_size;
+static int shm_fd = -1;
+static pid_t shm_pid;              /* the process shm belongs to */
+static char shm_path[sizeof HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX + 24];
+
+/* --------------------------------------------------------------- helpers */
+
+static char *put_str(char *p, const char *s) {
+    while (*s) *p++ = *s++;
+    *p = '\0';
+    return p;
+}
+
+static char *put_u64(char *p, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0) *p++ = tmp[--n];
+    *p = '\0';
+    return p;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    memset(dst + n, 0, cap - n);
+}
+
+static uint64_t clock_ns(clockid_t id) {
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* HAKOZUNA_STATS as getenv would see it: the first entry decides. */
+static bool env_wants_stats(void) {
+    static const char key[] = HZ_SHM_ENV "=";
+    char **env = environ;
+    if (env == NULL) return false;
+    for (; *env != NULL; env++) {
+        if (strncmp(*env, key, sizeof key - 1) == 0)
+            return strcmp(*env, HZ_SHM_ENV_ON) == 0;
+    }
+    return false;
+}
+
+/* Field 22 of /proc/self/stat: start time in clock ticks since boot (0 if unknown). */
+static uint64_t self_start_time(void) {
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n;
+    do n = read(fd, buf, sizeof buf - 1);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *p = NULL;
+    for (char *q = buf; *q; q++)
+        if (*q == ')') p = q; /* the command name may itself hold ')' */
+    if (p == NULL) return 0;
+    p++;
+    for (int field = 2; field < 22; p++) { /* p is at the space before field+1 */
+        if (*p == '\0') return 0;
+        if (*p == ' ') field++;
+        if (field == 22) {
+            p++;
+            break;
+        }
+    }
+    uint64_t v = 0;
+    while (*p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+    return v;
+}
+
+static uint64_t creation_id(void) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id || id == 0)
+        id = clock_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 40) ^ (uintptr_t)&id;
+    return id;
+}
+
+/* ------------------------------------------------------------- publishing */
+
+/* Write the current counters under the seqlock.  Caller holds publish_busy. */
+static void publish(struct hz_shm_segment *s, bool final) {
+    hz_stats_snapshot_t snap;
+    hz_stats_snapshot(&snap);
+    const struct hz_stats *t = &snap.totals;
+    struct hz_shm_counters *c = &s->counters;
+
+    uint64_t gen = __atomic_load_n(&s->generation, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->generation, gen + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* odd generation before any data */
+
+    STORE(c->mallocs, t->mallocs);
+    STORE(c->frees, t->frees);
+    STORE(c->bytes_in_use, t->bytes_in_use);
+    STORE(c->bytes_mapped, t->bytes_mapped);
+    STORE(c->bytes_purged, t->bytes_purged);
+    STORE(c->bytes_unmapped, t->bytes_unmapped);
+    STORE(c->remote_frees_sent, t->remote_frees_sent);
+    STORE(c->remote_frees_recv, t->remote_frees_recv);
+    STORE(c->remote_batches, t->remote_batches);
+    STORE(c->foreign_frees, t->foreign_frees);
+    STORE(c->large_allocs, t->large_allocs);
+    STORE(c->large_cache_hits, t->large_cache_hits);
+    STORE(c->heaps_created, t->heaps_created);
+    STORE(c->heaps_adopted, t->heaps_adopted);
+    STORE(c->threads_live, t->threads_live);
+    STORE(c->segments_mapped, t->segments_mapped);
+    STORE(c->refills, snap.refills);
+    STORE(c->pages_made, snap.pages_made);
+    STORE(c->pages_retired, snap.pages_retired);
+    STORE(c->outbox_flushes, snap.remote_batches); /* one batch per outbox flush */
+    STORE(c->publishes, c->publishes + 1);
+    STORE(c->last_publish_unix_ns, clock_ns(CLOCK_REALTIME));
+    STORE(c->last_publish_mono_ns, clock_ns(CLOCK_MONOTONIC));
+    for (unsigned k = 1; k < HZ_CLASSES; k++) {
+        STORE(s->classes[k].size, (uint64_t)hz_class_size[k]);
+        STORE(s->classes[k].mallocs, snap.mallocs[k]);
+        STORE(s->classes[k].frees, snap.frees[k]);
+    }
+    if (final) STORE(s->flags, s->flags | HZ_SHM_FLAG_FINAL);
+
+    __atomic_store_n(&s->generation, gen + 2, __ATOMIC_RELEASE); /* data before even */
+}
+
+/* ------------------------------------------------------- making the segment */
+
+static void make_path(pid_t pid) {
+    char *p = put_str(shm_path, HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX);
+    put_u64(p, (uint64_t)pid);
+}
+
+/* The name is taken.  Only this process can have made it (the pid is ours): by an
+ * earlier program image (exec keeps the pid, and close-on-exec released its lock) or
+ * by a process that died without cleaning up and whose pid we now have.  Remove it
+ * if it is ours to remove and nobody holds it; another copy of the library in this
+ * process would hold its lock, and then this copy runs without stats. */
+static bool remove_leftover(void) {
+    int fd = open(shm_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return errno == ENOENT; /* gone meanwhile: try again */
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+              flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (ok) ok = unlink(shm_path) == 0 || errno == ENOENT;
+    close(fd);
+    return ok;
+}
+
+/* Make and map the segment of the calling process; false (and no file) on failure. */
+static bool shm_create(void) {
+    pid_t pid = getpid();
+    make_path(pid);
+    int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
+    int fd = open(shm_path, flags, 0600);
+    if (fd < 0 && errno == EEXIST && remove_leftover()) fd = open(shm_path, flags, 0600);
+    if (fd < 0) return false;
+
+    size_t size = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size);
+    struct hz_shm_segment *s = MAP_FAILED;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) goto fail;
+    /* Reserve the blocks now: a full tmpfs must fail here, not as SIGBUS later. */
+    if (fallocate(fd, 0, 0, (off_t)size) != 0) {
+        if (errno != EOPNOTSUPP && errno != ENOSYS) goto fail;
+        if (ftruncate(fd, (off_t)size) != 0) goto fail;
+    }
+    s = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s == MAP_FAILED) goto fail;
+
+    /* A fresh object reads as zero: fill in everything but the magic. */
+    s->layout_version = HZ_SHM_LAYOUT_VERSION;
+    s->header_size = (uint32_t)sizeof(struct hz_shm_segment);
+    s->total_size = size;
+    s->pid = (uint64_t)pid;
+    s->start_time = self_start_time();
+    s->creation_id = creation_id();
+    s->clock_ticks = getauxval(AT_CLKTCK);
+    if (s->clock_ticks == 0) s->clock_ticks = 100;
+    s->created_unix_ns = clock_ns(CLOCK_REALTIME);
+    s->flags = HZ_STATS ? 0u : HZ_SHM_FLAG_NO_COUNTERS;
+    s->class_count = HZ_CLASSES;
+    copy_str(s->variant, sizeof s->variant, HZ_VARIANT_NAME);
+    copy_str(s->version, sizeof s->version, hz_version());
+    copy_str(s->config, sizeof s->config, hz_config_string());
+    publish(s, false);
+    __atomic_store_n(&s->magic, HZ_SHM_MAGIC, __ATOMIC_RELEASE); /* now readable */
+
+    shm = s;
+    shm_size = size;
+    shm_fd = fd;
+    shm_pid = pid;
+    return true;
+fail:
+    if (s != MAP_FAILED) munmap(s, size);
+    unlink(shm_path);
+    close(fd);
+    return false;
+}
+
+/* In a child of fork: forget the parent's segment without touching it. */
+static void shm_atfork_child(void) {
+    if (shm != NULL) munmap(shm, shm_size);
+    shm = NULL;
+    if (shm_fd >= 0) close(shm_fd); /* the parent keeps its lock through its own fd */
+    shm_fd = -1;
+    atomic_store_explicit(&publish_busy, 0, memory_order_relaxed);
+    atomic_store_explicit(&next_publish_ms, 0, memory_order_relaxed);
+}
+
+/* ---------------------------------------------------------------- interface */
+
+void hz_shm_start(void) {
+    if (atomic_exchange(&shm_started, 1)) return;
+    if (getauxval(AT_SECURE) != 0) return; /* setuid & co.: not even the environment */
+    if (!env_wants_stats()) return;
+    if (!shm_create()) return;
+    pthread_atfork(NULL, NULL, shm_atfork_child);
+    atomic_store_explicit(&next_publish_ms, hz_os_now_ms() + HZ_SHM_PUBLISH_MS,
+                          memory_order_relaxed);
+    atomic_store_explicit(&shm_on, 1, memory_order_release);
+}
+
+static HZ_NOINLINE void tick_slow(void) {
+    uint64_t now = hz_os_now_ms();
+    if (now < atomic_load_explicit(&next_publish_ms, memory_order_relaxed)) return;
+    if (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) return;
+    if (atomic_load_explicit(&shm_on, memory_order_relaxed) &&
+        now >= atomic_load_explicit(&next_publish_ms, memory_order_relaxed)) {
+        atomic_store_explicit(&next_publish_ms, now + HZ_SHM_PUBLISH_MS, memory_order_relaxed);
+        if (shm != NULL && getpid() == shm_pid) {
+            publish(shm, false);
+        } else {
+            /* A child of fork: never the parent's segment; one of its own instead. */
+            if (shm != NULL) munmap(shm, shm_size);
+            shm = NULL;
+            if (shm_fd >= 0) close(shm_fd);
+            shm_fd = -1;
+            if (!shm_create()) atomic_store_explicit(&shm_on, 0, memory_order_relaxed);
+        }
+    }
+    atomic_store_explicit(&publish_busy, 0, memory_order_release);
+}
+
+/* From the allocator's slow paths: one load when stats are off. */
+void hz_shm_tick(void) {
+    if (hz_likely(atomic_load_explicit(&shm_on, memory_order_relaxed) == 0)) return;
+    tick_slow();
+}
+
+void hz_shm_stop(void) {
+    if (atomic_load_explicit(&shm_on, memory_order_acquire) == 0) return;
+    while (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) hz_os_yield();
+    if (atomic_load_explicit(&shm_on, memory_order_relaxed) && shm != NULL &&
+        getpid() == shm_pid) {
+        publish(shm, true);
+        unlink(shm_path);
+    }
+    /* The mapping stays: a thread still running past exit may look at shm_on only. */
+    atomic_store_explicit(&shm_on, 0, memory_order_relaxed);
+    atomic_store_explicit(&publish_busy, 0, memory_order_release);
+}
