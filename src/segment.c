@@ -51,10 +51,10 @@ static size_t segment_purge(hz_segment_t *seg, uint64_t which) {
  * already free and unpurged at the previous epoch (the candidates) go back to the
  * OS, so memory idle for one to two epochs is returned and memory reused sooner is
  * never purged.  Everything goes at once when forced, or when freed memory exceeds
- * both HZ_DIRTY_BUDGET and half of what the heap uses. */
+ * both HZ_DIRTY_BUDGET and what the heap has in use. */
 void hz_heap_purge(hz_heap_t *heap, bool force) {
     if (heap->dirty_bytes == 0) return;
-    force |= heap->dirty_bytes > HZ_DIRTY_BUDGET && heap->dirty_bytes > heap->used_bytes / 2;
+    force |= heap->dirty_bytes > HZ_DIRTY_BUDGET && heap->dirty_bytes > heap->used_bytes;
     uint64_t now = 0;
     if (!force && (now = hz_os_now_ms()) < heap->purge_at_ms) return;
     bool pending = false;
