@@ -12,6 +12,7 @@
 
 /* Senders spread over the owner's inbox shards by their own heap's address. */
 static void inbox_push(hz_heap_t *owner, const hz_heap_t *sender, void *head, void *tail) {
+    /* cppcheck-suppress moduloofone ; the default variant has a single shard */
     _Atomic(void *) *inbox = &owner->inbox[((uintptr_t)sender >> 12) % HZ_INBOX_SHARDS].head;
     void *old = atomic_load_explicit(inbox, memory_order_relaxed);
     do {

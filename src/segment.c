@@ -137,7 +137,7 @@ bool hz_segment_cache_trim(void) {
     hz_segment_t *drop[HZ_SEGMENT_CACHE];
     hz_lock_acquire(&cache_lock);
     unsigned n = cache_count;
-    memcpy(drop, cache, n * sizeof drop[0]);
+    for (unsigned i = 0; i < n; i++) drop[i] = cache[i];
     cache_count = 0;
     hz_lock_release(&cache_lock);
     for (unsigned i = 0; i < n; i++) {

@@ -15,7 +15,7 @@ cd "$top"
 jobs=$(nproc 2>/dev/null || echo 2)
 
 build_deps="build-essential autoconf automake libtool pkg-config python3"
-test_deps="$build_deps g++ git sqlite3 valgrind procps"
+test_deps="$build_deps g++ git sqlite3 valgrind procps cppcheck clang-tidy"
 
 install() {
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -64,6 +64,8 @@ if ! make -j"$jobs" check; then
 fi
 echo "== sanitizer builds (ThreadSanitizer, UBSan)"
 make check-sanitizers
+echo "== static analysis (cppcheck, clang-tidy)"
+make lint
 echo "== make distcheck"
 make -j"$jobs" distcheck >/dev/null
 echo "== all tests passed"
