@@ -49,7 +49,7 @@ HZ_INLINE void hz_free_fast(void *p) {
     page->free = p;
     page->free_is_zero = 0;
     hz_stat_inc(heap->stats.frees[page->cls]);
-    if (hz_unlikely(--page->used == 0 || page->in_full)) hz_page_free_event(heap, page);
+    if (hz_unlikely(hz_dec_le0(&page->used))) hz_page_free_event(heap, page); /* empty or full */
 }
 
 #endif /* HZ_ALLOC_H */

@@ -81,16 +81,15 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
 
 /* After a free dropped a page to zero used blocks, or hit a page marked full. */
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
+    bool was_full = page->used < 0;
+    page->used &= ~HZ_PAGE_FULL;
     if (page->used == 0) {
         /* Keep the page being allocated from (up to 256 KiB of it): retiring it would
          * only make the next malloc of this class build it again.  Trim and thread
          * exit retire it. */
         if (heap->current[page->cls] == page && page->units <= 4) return;
         page_retire(heap, page);
-        return;
-    }
-    if (page->in_full) {
-        page->in_full = 0;
+    } else if (was_full) {
         queue_push_back(&heap->queues[page->cls], page);
         if (heap->current[page->cls] == &hz_empty_page) hz_set_current(heap, page->cls, page);
     }
@@ -101,7 +100,7 @@ void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) {
     *(void **)p = page->free;
     page->free = p;
     page->free_is_zero = 0;
-    if (--page->used == 0 || page->in_full) hz_page_free_event(heap, page);
+    if (--page->used <= 0) hz_page_free_event(heap, page);
 }
 
 /* Retire every empty page, the current ones too (thread exit, trim). */
@@ -127,7 +126,7 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
             break;
         }
         queue_remove(q, page); /* full: back in a queue when a block is freed */
-        page->in_full = 1;
+        page->used |= HZ_PAGE_FULL;
     }
     if (page == NULL) {
         page = page_new(heap, cls);

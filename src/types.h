@@ -116,20 +116,24 @@
 enum { HZ_SEG_NONE = 0, HZ_SEG_SMALL = 1, HZ_SEG_LARGE = 2 };
 
 /* ----------------------------------------------------------------- pages */
+#define HZ_PAGE_FULL INT32_MIN
+
 typedef struct hz_page {
     void *free;          /* blocks ready to hand out, most recently freed first */
-    uint32_t used;       /* blocks handed out and not yet back on a list */
+    int32_t used;        /* blocks handed out and not yet back on a list, plus
+                            HZ_PAGE_FULL while unlinked from its queue because no
+                            free block is left: one signed test in free catches both
+                            "now empty" and "was full" */
     uint32_t block_size;
     uint32_t capacity;   /* blocks carved from the span so far */
     uint32_t reserved;   /* blocks the span can hold */
     uint8_t cls;
-    uint8_t in_full;     /* unlinked from its queue: no free block left */
     uint8_t free_is_zero;/* blocks on free are zero past their link word */
     uint8_t zero_span;   /* span memory was untouched when the page was made */
     uint8_t units;       /* span length in units */
     uint8_t first_unit;
     uint8_t in_queue;
-    uint8_t pad_;
+    uint8_t pad_[2];
     char *start;         /* first block */
     struct hz_page *next, *prev; /* class queue */
 } hz_page_t;
