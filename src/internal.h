@@ -36,7 +36,8 @@
 HZ_INLINE bool hz_dec_le0(int32_t *count) {
     __asm__ goto("subl $1, %0\n\tjle %l[hit]" : "+m"(*count) : : "cc" : hit);
     return false;
-hit:
+    /* cppcheck-suppress unusedLabel ; the asm jumps to it */
+hit: __attribute__((unused))
     return true;
 }
 #else
