@@ -150,6 +150,7 @@ static void thread_done(void *arg) {
     hz_tls_heap = &hz_exiting_heap;
     heap_abandon(heap);
     hz_gstat_sub(threads_live, 1);
+    hz_shm_tick();
 }
 
 /* Blocks freed into abandoned heaps wait in their inboxes; put them back on their
@@ -214,3 +215,7 @@ static void fork_child(void) {
     /* Abandoned heaps were consistent when their threads exited: still adoptable. */
     atomic_store(&hz_gstats.threads_live, live);
 }
+
+/* Stats export (HAKOZUNA_STATS=1) starts once libc is initialised and ends at exit. */
+__attribute__((constructor)) static void process_start(void) { hz_shm_start(); }
+__attribute__((destructor)) static void process_end(void) { hz_shm_stop(); }

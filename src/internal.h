@@ -175,4 +175,9 @@ size_t hz_usable_size_impl(const void *p) HZ_HIDDEN;
 void *hz_aligned_impl(size_t alignment, size_t size) HZ_HIDDEN;
 int hz_trim_impl(void) HZ_HIDDEN;
 
+/* ------------------------------------------------- shared-memory export (shm.c) */
+void hz_shm_start(void) HZ_HIDDEN;
+void hz_shm_tick(void) HZ_HIDDEN; /* slow paths only; never under heaps_lock */
+void hz_shm_stop(void) HZ_HIDDEN;
+
 #endif /* HZ_INTERNAL_H */

@@ -81,6 +81,7 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
 
 /* After a free dropped a page to zero used blocks, or hit a page marked full. */
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
+    hz_shm_tick();
     bool was_full = page->used < 0;
     page->used &= ~HZ_PAGE_FULL;
     if (page->used == 0) {
@@ -148,6 +149,7 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
  * a block on its free list (NULL when the OS has no memory). */
 hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) {
     hz_stat_inc(heap->stats.refills);
+    hz_shm_tick();
     if (hz_inbox_pending(heap)) hz_heap_collect(heap);
     return find_page(heap, cls);
 }

@@ -25,6 +25,7 @@ static void outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
     if (box->count == 0) return;
     inbox_push(box->dest, heap, box->head, box->tail);
     hz_stat_inc(heap->stats.remote_batches);
+    hz_shm_tick();
     box->head = box->tail = NULL;
     box->count = 0;
 }

@@ -14,11 +14,13 @@
  * running without stats, silently.
  *
  * fork: the child must neither write into nor remove its parent's segment.  An atfork
- * handler drops the inherited mapping in the child; the next publish there sees a new
- * pid and makes the child a segment of its own.  The creating process holds an
- * exclusive flock on the object (the descriptor is close-on-exec), so a segment left
- * behind by an earlier program image of the same pid (exec without exit) is
- * recognised as free and replaced.
+ * handler drops the inherited mapping in the child, whose next publish makes it a
+ * segment of its own; a process that finds its pid differing from the segment's
+ * without that handler having run (vfork, raw clone) publishes nothing.
+ *
+ * exec: the creating process holds an exclusive flock on the object through a
+ * close-on-exec descriptor, so a segment left behind by an earlier program image of
+ * the same pid is recognised as free and replaced.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,11 +38,6 @@
 #include "hakozuna_shm.h"
 
 extern char **environ;
-
-/* The interface (also declared in internal.h). */
-void hz_shm_start(void) HZ_HIDDEN;
-void hz_shm_tick(void) HZ_HIDDEN;
-void hz_shm_stop(void) HZ_HIDDEN;
 
 _Static_assert(HZ_CLASSES <= HZ_SHM_MAX_CLASSES, "size classes do not fit the segment");
 
@@ -288,16 +285,16 @@ static HZ_NOINLINE void tick_slow(void) {
     if (atomic_load_explicit(&shm_on, memory_order_relaxed) &&
         now >= atomic_load_explicit(&next_publish_ms, memory_order_relaxed)) {
         atomic_store_explicit(&next_publish_ms, now + HZ_SHM_PUBLISH_MS, memory_order_relaxed);
-        if (shm != NULL && getpid() == shm_pid) {
-            publish(shm, false);
-        } else {
-            /* A child of fork: never the parent's segment; one of its own instead. */
-            if (shm != NULL) munmap(shm, shm_size);
-            shm = NULL;
-            if (shm_fd >= 0) close(shm_fd);
-            shm_fd = -1;
+        if (shm == NULL) {
+            /* A child of fork (the atfork handler dropped the parent's segment): a
+             * segment of its own. */
             if (!shm_create()) atomic_store_explicit(&shm_on, 0, memory_order_relaxed);
+        } else if (getpid() == shm_pid) {
+            publish(shm, false);
         }
+        /* Otherwise another pid sees our mapping without the atfork handler having
+         * run: a vfork child or a raw clone, possibly sharing this memory with the
+         * parent.  Leave everything alone. */
     }
     atomic_store_explicit(&publish_busy, 0, memory_order_release);
 }

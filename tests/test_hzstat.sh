@@ -1,0 +1,318 @@
+#!/bin/sh
+# test_hzstat.sh - live statistics: a process started with `hzrun --stats` is read
+# with hzstat while it runs, and every error hzstat reports is provoked once.
+#
+#   HZ_TOOLS_DIR    directory holding hzrun and hzstat (the build tree's tools/)
+#   HZRUN_LIBDIR    directory holding libhakozuna*.so.0 (default: HZ_TEST_LIBDIR)
+#   HZ_STATS_PROG   the tests/stats_prog program (default: HZ_TOOLS_DIR/../tests/)
+#   HZ_TEST_VARIANT library name set by tests/preload.sh (hakozuna, hakozuna_mt...):
+#                   the hzrun variant to test
+#
+# Skips (exit 77) only when /dev/shm is not available.
+
+set -u
+
+passed=0
+failed=0
+pass() { echo "PASS: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
+skip() { echo "SKIP: $1"; }
+check() { # DESCRIPTION COMMAND... : pass if COMMAND succeeds
+    d=$1
+    shift
+    if "$@"; then pass "$d"; else fail "$d"; fi
+}
+expect_rc() { # DESCRIPTION EXPECTED ACTUAL
+    if [ "$3" -eq "$2" ]; then pass "$1 (exit $3)"; else fail "$1: exit $3, expected $2"; fi
+}
+
+if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
+    echo "SKIP: /dev/shm is not available"
+    exit 77
+fi
+
+tools=${HZ_TOOLS_DIR:-}
+if [ -z "$tools" ] || [ ! -x "$tools/hzstat" ] || [ ! -f "$tools/hzrun" ]; then
+    echo "FAIL: HZ_TOOLS_DIR must name the directory of hzstat and hzrun (got '${tools}')"
+    exit 1
+fi
+HZSTAT="$tools/hzstat"
+HZRUN="$tools/hzrun"
+HZRUN_LIBDIR=${HZRUN_LIBDIR:-${HZ_TEST_LIBDIR:-}}
+export HZRUN_LIBDIR
+prog=${HZ_STATS_PROG:-$tools/../tests/stats_prog}
+if [ ! -x "$prog" ]; then
+    echo "FAIL: stats_prog not found (HZ_STATS_PROG='$prog')"
+    exit 1
+fi
+case ${HZ_TEST_VARIANT:-hakozuna} in
+hakozuna) variant=default ;;
+hakozuna_*) variant=${HZ_TEST_VARIANT#hakozuna_} ;;
+*) variant=default ;;
+esac
+echo "hzstat: $HZSTAT, library variant: $variant, HZRUN_LIBDIR=$HZRUN_LIBDIR"
+
+# Only the processes started below publish stats.
+unset HAKOZUNA_STATS
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hz-stat.XXXXXX") || exit 1
+pids=
+fakes=
+cleanup() {
+    touch "$tmp/go" 2>/dev/null
+    for p in $pids; do kill -9 "$p" 2>/dev/null; done
+    for p in $pids; do rm -f "/dev/shm/hakozuna.$p"; done
+    for f in $fakes; do rm -f "$f"; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+THREADS=4
+BLOCKS=5000
+SIZE=3000
+N=$((THREADS * BLOCKS))
+
+# start_prog NAME HZRUN-ARGS... : run stats_prog under hzrun in the background; sets
+# prog_pid once it printed "ready" (returns 1 if it never did).
+start_prog() {
+    name=$1
+    shift
+    rm -f "$tmp/go"
+    # shellcheck disable=SC2086
+    env ${prog_env:-} "$HZRUN" -v "$variant" "$@" -- "$prog" "$tmp/go" $THREADS $BLOCKS $SIZE >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    prog_pid=$!
+    pids="$pids $prog_pid"
+    i=0
+    while ! grep -q '^ready' "$tmp/$name.out" 2>/dev/null; do
+        i=$((i + 1))
+        if [ $i -gt 300 ] || ! kill -0 "$prog_pid" 2>/dev/null; then
+            echo "  stats_prog did not start:"
+            sed 's/^/    /' "$tmp/$name.err"
+            return 1
+        fi
+        sleep 0.1
+    done
+    return 0
+}
+
+stop_prog() { # PID : let it exit normally; returns its exit status
+    touch "$tmp/go"
+    wait "$1"
+}
+
+# --gc exits 0, or 5 when stale segments of other users (not ours) cannot be removed.
+gc_rc() { # DESCRIPTION STATUS
+    if [ "$2" -eq 0 ]; then
+        pass "$1 (exit 0)"
+    elif [ "$2" -eq 5 ] && ! grep -q "hakozuna\.\($$\|$p\) " "$tmp/e"; then
+        pass "$1 (exit 5: other users' stale segments left alone)"
+    else
+        fail "$1: exit $2"
+        sed 's/^/    /' "$tmp/e"
+    fi
+}
+
+# Value of "key":NUMBER in a JSON line.
+jnum() { # KEY FILE
+    sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p" "$2" | head -n 1
+}
+ge() { [ -n "$1" ] && [ "$1" -ge "$2" ]; }
+
+# Bytes of an unsigned 64-bit little-endian number as printf escapes.
+le64() {
+    n=$1
+    out=
+    for _ in 1 2 3 4 5 6 7 8; do
+        out="$out\\$(printf '%03o' $((n % 256)))"
+        n=$((n / 256))
+    done
+    printf '%s' "$out"
+}
+patch64() { # FILE OFFSET VALUE
+    # shellcheck disable=SC2059
+    printf "$(le64 "$3")" | dd of="$1" bs=1 seek="$2" count=8 conv=notrunc 2>/dev/null
+}
+patch32() { # FILE OFFSET VALUE (< 2^32)
+    # shellcheck disable=SC2059
+    printf "$(le64 "$3")" | dd of="$1" bs=1 seek="$2" count=4 conv=notrunc 2>/dev/null
+}
+
+# ------------------------------------------------------------ arguments
+"$HZSTAT" --version >"$tmp/v" 2>&1
+rc=$?
+expect_rc "hzstat --version" 0 $rc
+check "--version names the segment layout" grep -q 'layout' "$tmp/v"
+"$HZSTAT" --help >"$tmp/h" 2>&1
+expect_rc "hzstat --help" 0 $?
+check "--help documents the exit statuses" grep -q 'Exit status' "$tmp/h"
+
+for args in "-x" "abc" "-i 0 1" "-i x 1" "-n" "-n 0 1" "1 2" "--gc 1" "-c" "-i 1" "--bogus" "0"; do
+    # shellcheck disable=SC2086
+    "$HZSTAT" $args >/dev/null 2>"$tmp/e"
+    rc=$?
+    expect_rc "bad arguments: hzstat $args" 2 $rc
+done
+check "bad arguments print a usage line" grep -q '^Usage' "$tmp/e"
+
+# ------------------------------------------------ no process, no segment
+pid_max=$(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 4194304)
+"$HZSTAT" "$pid_max" >/dev/null 2>"$tmp/e"
+expect_rc "no such process" 3 $?
+check "  says so" grep -q 'no such process' "$tmp/e"
+
+"$HZSTAT" $$ >/dev/null 2>"$tmp/e"
+expect_rc "process without a stats segment" 4 $?
+check "  hints at hzrun --stats / HAKOZUNA_STATS=1" grep -q 'hzrun --stats' "$tmp/e"
+
+# --------------------------------- no segment unless HAKOZUNA_STATS=1
+if start_prog nostats; then
+    p=$prog_pid
+    check "no segment without HAKOZUNA_STATS" test ! -e "/dev/shm/hakozuna.$p"
+    stop_prog "$p"
+    expect_rc "  stats_prog exits normally" 0 $?
+else
+    fail "stats_prog (no stats) did not start"
+fi
+prog_env=HAKOZUNA_STATS=0
+if start_prog stats0; then
+    p=$prog_pid
+    check "no segment with HAKOZUNA_STATS=0" test ! -e "/dev/shm/hakozuna.$p"
+    stop_prog "$p"
+else
+    fail "stats_prog (HAKOZUNA_STATS=0) did not start"
+fi
+prog_env=
+
+# ------------------------------------------------------------ live read
+if start_prog live --stats; then
+    p=$prog_pid
+    reported=$(sed -n 's/^ready pid=\([0-9]*\).*/\1/p' "$tmp/live.out")
+    check "hzrun execs the command (same pid)" test "$reported" = "$p"
+    seg=/dev/shm/hakozuna.$p
+    check "segment $seg exists" test -f "$seg"
+    check "segment is mode 0600" test "$(stat -c %a "$seg" 2>/dev/null)" = 600
+
+    "$HZSTAT" -j "$p" >"$tmp/j" 2>"$tmp/e"
+    expect_rc "hzstat -j PID" 0 $?
+    check "  one JSON object" test "$(wc -l <"$tmp/j")" -eq 1
+    m=$(jnum mallocs "$tmp/j")
+    f=$(jnum frees "$tmp/j")
+    r=$(jnum remote_frees_sent "$tmp/j")
+    t=$(jnum threads_live "$tmp/j")
+    h=$(jnum heaps_created "$tmp/j")
+    echo "  mallocs=$m frees=$f remote_frees_sent=$r threads_live=$t heaps_created=$h (program: $N blocks, $THREADS threads)"
+    check "  mallocs >= $N" ge "$m" $N
+    check "  frees >= $N" ge "$f" $N
+    check "  remote_frees_sent >= $N (every free was remote)" ge "$r" $N
+    check "  threads_live >= $THREADS" ge "$t" $THREADS
+    check "  heaps_created >= $THREADS" ge "$h" $THREADS
+    check "  pid and layout" grep -q "\"pid\":$p,.*\"layout_version\":1" "$tmp/j"
+
+    "$HZSTAT" -j -c "$p" >"$tmp/jc" 2>"$tmp/e"
+    expect_rc "hzstat -j -c PID" 0 $?
+    # The class of SIZE-byte blocks: size >= SIZE, mallocs and frees >= N.
+    cls=$(tr '{' '\n' <"$tmp/jc" | sed -n 's/^"class":\([0-9]*\),"size":\([0-9]*\),"mallocs":\([0-9]*\),"frees":\([0-9]*\),"live":\([0-9]*\)}.*/\1 \2 \3 \4 \5/p' |
+        awk -v s=$SIZE -v n=$N '$2 >= s && $2 < s + s / 4 && $3 >= n && $4 >= n { print; exit }')
+    check "  per-class: a class of >= $SIZE-byte blocks with >= $N mallocs and frees ($cls)" test -n "$cls"
+
+    "$HZSTAT" -c "$p" >"$tmp/t" 2>"$tmp/e"
+    expect_rc "hzstat -c PID (text)" 0 $?
+    check "  text snapshot shows remote frees" grep -q 'remote frees sent' "$tmp/t"
+    check "  text snapshot has the class table" grep -q 'live bytes' "$tmp/t"
+    sed 's/^/    /' "$tmp/t" | head -n 30
+
+    "$HZSTAT" >"$tmp/l" 2>"$tmp/e"
+    expect_rc "hzstat (list)" 0 $?
+    check "  list shows the process as live" grep -Eq "^$p +stats_prog .* live\$" "$tmp/l"
+    "$HZSTAT" -j >"$tmp/lj" 2>"$tmp/e"
+    check "  JSON list shows it, not stale" grep -q "{\"pid\":$p,.*\"stale\":false" "$tmp/lj"
+
+    start=$(date +%s)
+    "$HZSTAT" -i 1 -n 2 "$p" >"$tmp/i" 2>"$tmp/e"
+    expect_rc "hzstat -i 1 -n 2 PID" 0 $?
+    end=$(date +%s)
+    check "  prints a header and 2 lines" test "$(wc -l <"$tmp/i")" -eq 3
+    check "  has rate columns" grep -q 'mallocs/s' "$tmp/i"
+    check "  takes about 2 seconds" test $((end - start)) -ge 1 -a $((end - start)) -le 5
+    "$HZSTAT" -j -i 0.2 -n 3 "$p" >"$tmp/ij" 2>"$tmp/e"
+    expect_rc "hzstat -j -i 0.2 -n 3 PID" 0 $?
+    check "  3 JSON lines with rates" test "$(grep -c '^{"pid".*"published":[a-z]*,"rates":' "$tmp/ij")" -eq 3
+
+    # Permission denied: the segment is 0600 and belongs to the process's user.
+    if [ "$(id -u)" -eq 0 ]; then
+        if command -v setpriv >/dev/null 2>&1 &&
+            setpriv --reuid=65534 --regid=65534 --clear-groups "$HZSTAT" --version >/dev/null 2>&1; then
+            setpriv --reuid=65534 --regid=65534 --clear-groups "$HZSTAT" "$p" >/dev/null 2>"$tmp/e"
+            expect_rc "permission denied (hzstat as nobody on root's segment)" 5 $?
+            check "  says so" grep -q 'permission denied' "$tmp/e"
+        else
+            skip "permission denied: cannot run hzstat as another user (setpriv missing, or hzstat not reachable by nobody)"
+        fi
+    else
+        chmod 000 "$seg"
+        "$HZSTAT" "$p" >/dev/null 2>"$tmp/e"
+        rc=$?
+        chmod 600 "$seg"
+        expect_rc "permission denied (segment mode 000)" 5 $rc
+        check "  says so" grep -q 'permission denied' "$tmp/e"
+    fi
+
+    # Fake segments for this shell's own pid, made from the live one.
+    header_size=$(od -A n -t u4 -j 12 -N 4 "$seg" | tr -d ' ')
+    fake=/dev/shm/hakozuna.$$
+    fakes="$fakes $fake"
+    cp "$seg" "$tmp/seg"
+    patch64 "$tmp/seg" 24 $$           # pid
+    patch64 "$tmp/seg" 32 1            # a start time that is not this shell's
+    cp "$tmp/seg" "$fake"
+    "$HZSTAT" $$ >/dev/null 2>"$tmp/e"
+    expect_rc "stale: pid reused (start time differs)" 7 $?
+    check "  says so" grep -q 'stale' "$tmp/e"
+    patch32 "$tmp/seg" 8 99            # layout version 99
+    patch64 "$tmp/seg" 32 "$(sed 's/.*) //' /proc/$$/stat | awk '{ print $20 }')" # start time
+    cp "$tmp/seg" "$fake"
+    "$HZSTAT" $$ >/dev/null 2>"$tmp/e"
+    expect_rc "layout version mismatch" 6 $?
+    check "  names both versions (99 and 1)" grep -q 'version 99.*version 1' "$tmp/e"
+    sed 's/^/    /' "$tmp/e"
+    check "  header size read back ($header_size)" test -n "$header_size"
+    "$HZSTAT" --gc >"$tmp/gc" 2>"$tmp/e"
+    gc_rc "hzstat --gc with a segment this shell does not map" $?
+    check "  removes it (not mapped by the process)" test ! -e "$fake"
+    check "  keeps the live one" test -e "$seg"
+    rm -f "$fake"
+
+    stop_prog "$p"
+    expect_rc "stats_prog exits normally" 0 $?
+    check "segment removed at exit" test ! -e "$seg"
+else
+    fail "stats_prog (--stats) did not start"
+fi
+
+# -------------------------------------------------------------- stale
+if start_prog killed --stats; then
+    p=$prog_pid
+    seg=/dev/shm/hakozuna.$p
+    kill -9 "$p"
+    wait "$p" 2>/dev/null
+    check "after kill -9 the segment remains" test -e "$seg"
+    "$HZSTAT" "$p" >/dev/null 2>"$tmp/e"
+    expect_rc "hzstat on a killed process's segment" 7 $?
+    check "  says stale" grep -q 'stale' "$tmp/e"
+    "$HZSTAT" >"$tmp/l" 2>"$tmp/e"
+    check "  list marks it stale" grep -Eq "^$p .*stale" "$tmp/l"
+    "$HZSTAT" --gc >"$tmp/gc" 2>"$tmp/e"
+    gc_rc "hzstat --gc" $?
+    check "  reports the removal" grep -q "removed $seg" "$tmp/gc"
+    check "  segment gone" test ! -e "$seg"
+    "$HZSTAT" "$p" >/dev/null 2>"$tmp/e"
+    expect_rc "after --gc: no such process" 3 $?
+    "$HZSTAT" --gc >"$tmp/gc" 2>"$tmp/e"
+    check "  a second --gc does not find it again" test -z "$(grep "hakozuna.$p " "$tmp/gc")"
+else
+    fail "stats_prog (to be killed) did not start"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,929 @@
+/* hzstat - live statistics of processes running on hakozuna.
+ *
+ * Reads the segments that processes started with HAKOZUNA_STATS=1 (hzrun --stats)
+ * publish in /dev/shm/hakozuna.<pid>; see include/hakozuna_shm.h for the layout and
+ * docs/OBSERVABILITY.md for the tool.  It links nothing of the allocator.
+ *
+ *   hzstat                      list processes that publish stats
+ *   hzstat [-j] [-c] PID        one snapshot (text, or one JSON object)
+ *   hzstat -i SEC [-n N] PID    per-interval rates, like vmstat
+ *   hzstat --gc                 remove segments of processes that are gone
+ */
+#define _GNU_SOURCE 1
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hakozuna_shm.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+/* Exit statuses (also listed by --help). */
+enum {
+    EXIT_OK = 0,
+    EXIT_ERROR = 1,     /* anything else: I/O error, damaged segment, no stable read */
+    EXIT_USAGE = 2,     /* bad arguments */
+    EXIT_NOPROC = 3,    /* no such process */
+    EXIT_NOSEG = 4,     /* the process publishes no stats */
+    EXIT_PERM = 5,      /* permission denied */
+    EXIT_VERSION = 6,   /* segment layout version not understood */
+    EXIT_STALE = 7,     /* the segment's process is gone */
+};
+
+static const char *prog = "hzstat";
+
+static void msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void msg(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "Usage: %s [OPTIONS] [PID]\n"
+            "Live allocator statistics of processes running on hakozuna.\n"
+            "\n"
+            "  (no PID)            list processes that publish stats (stale ones marked)\n"
+            "  PID                 print a snapshot of process PID\n"
+            "  -i, --interval SEC  print per-interval rates every SEC seconds (like vmstat)\n"
+            "  -n, --count N       stop after N intervals (default: until the process ends)\n"
+            "  -j, --json          JSON: one object per snapshot, list entry or interval\n"
+            "  -c, --classes       add the per-size-class table (size, mallocs, frees, live)\n"
+            "      --gc            remove segments left by processes that are gone\n"
+            "      --version       print the version and the segment layout it reads\n"
+            "  -h, --help          this help\n"
+            "\n"
+            "A process publishes stats when started with `hzrun --stats CMD` or with\n"
+            "HAKOZUNA_STATS=1 in its environment; they live in %s/%sPID.\n"
+            "\n"
+            "Exit status:\n"
+            "  0  success\n"
+            "  1  other error (I/O error, damaged segment, no consistent read)\n"
+            "  2  bad arguments\n"
+            "  3  no such process\n"
+            "  4  the process has no hakozuna stats segment\n"
+            "  5  permission denied\n"
+            "  6  segment layout version not understood by this hzstat\n"
+            "  7  stale segment: its process is gone (or its pid was reused)\n",
+            prog, HZ_SHM_DIR, HZ_SHM_FILE_PREFIX);
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fprintf(stderr,
+            "Usage: %s [-j] [-c] [-i SEC [-n N]] [PID] | --gc | --version | --help\n"
+            "Run '%s --help' for more.\n",
+            prog, prog);
+    return EXIT_USAGE;
+}
+
+/* ----------------------------------------------------------------- counters */
+
+enum { K_COUNT, K_BYTES, K_GAUGE, K_BYTES_GAUGE };
+struct field {
+    const char *name;  /* JSON key */
+    const char *label; /* text label */
+    size_t offset;     /* in struct hz_shm_counters */
+    int kind;
+    const char *rate;  /* column heading in -i mode, NULL: not shown */
+};
+#define F(n, label, kind, rate) {#n, label, offsetof(struct hz_shm_counters, n), kind, rate}
+static const struct field fields[] = {
+    F(mallocs, "mallocs", K_COUNT, "mallocs/s"),
+    F(frees, "frees", K_COUNT, "frees/s"),
+    F(bytes_in_use, "bytes in use", K_BYTES_GAUGE, NULL),
+    F(bytes_mapped, "bytes mapped", K_BYTES_GAUGE, NULL),
+    F(bytes_purged, "bytes purged (total)", K_BYTES, "purged/s"),
+    F(bytes_unmapped, "bytes unmapped (total)", K_BYTES, NULL),
+    F(remote_frees_sent, "remote frees sent", K_COUNT, "remote/s"),
+    F(remote_frees_recv, "remote frees received", K_COUNT, NULL),
+    F(remote_batches, "remote batches", K_COUNT, "batches/s"),
+    F(foreign_frees, "foreign frees", K_COUNT, NULL),
+    F(large_allocs, "large allocs", K_COUNT, "large/s"),
+    F(large_cache_hits, "large cache hits", K_COUNT, NULL),
+    F(heaps_created, "heaps created", K_COUNT, NULL),
+    F(heaps_adopted, "heaps adopted", K_COUNT, NULL),
+    F(threads_live, "threads live", K_GAUGE, NULL),
+    F(segments_mapped, "segments mapped", K_GAUGE, NULL),
+    F(refills, "refills", K_COUNT, "refills/s"),
+    F(pages_made, "pages made", K_COUNT, NULL),
+    F(pages_retired, "pages retired", K_COUNT, NULL),
+    F(outbox_flushes, "outbox flushes", K_COUNT, NULL),
+    F(publishes, "publishes", K_COUNT, NULL),
+    F(last_publish_unix_ns, "last publish (unix ns)", K_GAUGE, NULL),
+    F(last_publish_mono_ns, "last publish (monotonic ns)", K_GAUGE, NULL),
+};
+#undef F
+#define NFIELDS (sizeof fields / sizeof fields[0])
+
+static uint64_t get(const struct hz_shm_counters *c, const struct field *f) {
+    uint64_t v;
+    memcpy(&v, (const char *)c + f->offset, sizeof v);
+    return v;
+}
+static const char *human_bytes(uint64_t v, char *buf, size_t cap) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double d = (double)v;
+    unsigned u = 0;
+    while (d >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+        d /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, cap, "%" PRIu64 " B", v);
+    else snprintf(buf, cap, "%.1f %s", d, units[u]);
+    return buf;
+}
+
+static const char *human_duration(double s, char *buf, size_t cap) {
+    if (!(s >= 0)) s = 0;
+    uint64_t t = (uint64_t)s;
+    if (t >= 86400) snprintf(buf, cap, "%" PRIu64 "d%02" PRIu64 "h", t / 86400, t % 86400 / 3600);
+    else if (t >= 3600) snprintf(buf, cap, "%" PRIu64 "h%02" PRIu64 "m", t / 3600, t % 3600 / 60);
+    else if (t >= 60) snprintf(buf, cap, "%" PRIu64 "m%02" PRIu64 "s", t / 60, t % 60);
+    else snprintf(buf, cap, "%.1fs", s);
+    return buf;
+}
+
+static void json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", out);
+        else if (*p == '\t') fputs("\\t", out);
+        else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
+        else fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* Copy a fixed-size string field that the writer NUL-terminates, defensively. */
+static void field_str(char *dst, size_t cap, const char *src, size_t srccap) {
+    size_t n = strnlen(src, srccap);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)dst[i] < 0x20) dst[i] = '?';
+}
+
+/* Entries of classes[] to look at. */
+static unsigned class_limit(const struct hz_shm_segment *s) {
+    uint32_t n = s->class_count;
+    return n < HZ_SHM_MAX_CLASSES ? (unsigned)n : HZ_SHM_MAX_CLASSES;
+}
+
+/* ------------------------------------------------------------------ process */
+
+static uint64_t now_ns(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* State letter and start time (field 22) of /proc/PID/stat; false if unreadable. */
+static bool proc_stat(long pid, char *state, uint64_t *start) {
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ') return false;
+    p += 2;
+    *state = *p;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (p == NULL) return false;
+        p++;
+    }
+    *start = strtoull(p, NULL, 10);
+    return true;
+}
+
+/* A process with that pid exists and has not exited (zombies do not count). */
+static bool proc_exists(long pid) {
+    if (kill((pid_t)pid, 0) != 0 && errno != EPERM) return false;
+    char state;
+    uint64_t start;
+    if (proc_stat(pid, &state, &start) && (state == 'Z' || state == 'X')) return false;
+    return true;
+}
+
+static void proc_comm(long pid, char *buf, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/comm", pid);
+    snprintf(buf, cap, "-");
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return;
+    if (fgets(buf, (int)cap, f) != NULL) buf[strcspn(buf, "\n")] = '\0';
+    else snprintf(buf, cap, "-");
+    fclose(f);
+}
+
+/* Does PID map the file with inode ino?  1 yes, 0 no, -1 cannot tell. */
+static int proc_maps_inode(long pid, ino_t ino) {
+    char path[64], line[4096];
+    snprintf(path, sizeof path, "/proc/%ld/maps", pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return -1;
+    int found = 0, lines = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        lines++;
+        unsigned long long inode;
+        int pos = 0;
+        if (sscanf(line, "%*s %*s %*s %*s %llu %n", &inode, &pos) < 1) continue;
+        if (inode == (unsigned long long)ino && strstr(line + pos, HZ_SHM_DIR "/") != NULL) {
+            found = 1;
+            break;
+        }
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err || (lines == 0 && !found)) return lines == 0 ? 0 : -1; /* empty: no memory */
+    return found;
+}
+
+static double uptime_of(const struct hz_shm_segment *s) {
+    if (s->start_time != 0 && s->clock_ticks != 0) {
+        FILE *f = fopen("/proc/uptime", "re");
+        double up = 0;
+        if (f != NULL) {
+            bool ok = fscanf(f, "%lf", &up) == 1;
+            fclose(f);
+            if (ok) return up - (double)s->start_time / (double)s->clock_ticks;
+        }
+    }
+    return (double)(now_ns(CLOCK_REALTIME) - s->created_unix_ns) / 1e9;
+}
+
+/* ------------------------------------------------------------------ segments */
+
+enum seg_status {
+    SEG_OK,
+    SEG_NOENT,    /* no such file */
+    SEG_PERM,     /* cannot open it */
+    SEG_IOERR,
+    SEG_BAD,      /* not a hakozuna segment, or truncated */
+    SEG_INIT,     /* being created (no magic yet) */
+    SEG_VERSION,  /* another layout version */
+};
+enum liveness {
+    ALIVE,
+    GONE,         /* no such process */
+    ZOMBIE,       /* exited, not yet reaped */
+    REUSED,       /* pid belongs to a process started at another time */
+    UNMAPPED,     /* the process does not map this segment (exec'd, stopped publishing) */
+};
+static const char *liveness_text[] = {
+    "live", "process gone", "process exited", "pid reused", "not mapped by the process",
+};
+
+struct seg {
+    long pid;
+    char path[sizeof HZ_SHM_DIR + sizeof HZ_SHM_FILE_PREFIX + 24];
+    int fd;
+    int err;                /* errno of the failing step */
+    struct stat st;
+    struct hz_shm_segment pre; /* the preamble (always) */
+    const struct hz_shm_segment *map;
+    size_t map_size;
+    struct hz_shm_segment snap; /* consistent copy */
+};
+
+static void seg_close(struct seg *g) {
+    if (g->map != NULL) munmap((void *)g->map, g->map_size);
+    if (g->fd >= 0) close(g->fd);
+    g->map = NULL;
+    g->fd = -1;
+}
+
+/* Open and check /dev/shm/hakozuna.PID; on SEG_OK it is mapped. */
+static enum seg_status seg_open(struct seg *g, long pid) {
+    memset(g, 0, sizeof *g);
+    g->fd = -1;
+    g->pid = pid;
+    snprintf(g->path, sizeof g->path, "%s/%s%ld", HZ_SHM_DIR, HZ_SHM_FILE_PREFIX, pid);
+    g->fd = open(g->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (g->fd < 0) {
+        g->err = errno;
+        if (errno == ENOENT) return SEG_NOENT;
+        if (errno == EACCES || errno == EPERM) return SEG_PERM;
+        if (errno == ELOOP) return SEG_BAD;
+        return SEG_IOERR;
+    }
+    if (fstat(g->fd, &g->st) != 0) {
+        g->err = errno;
+        return SEG_IOERR;
+    }
+    if (!S_ISREG(g->st.st_mode)) return SEG_BAD;
+    /* A segment being made is empty or has no magic for a moment: wait briefly. */
+    for (int tries = 0;; tries++) {
+        ssize_t n = pread(g->fd, &g->pre, HZ_SHM_PREAMBLE_SIZE, 0);
+        if (n < 0) {
+            g->err = errno;
+            return SEG_IOERR;
+        }
+        if (n == HZ_SHM_PREAMBLE_SIZE && g->pre.magic == HZ_SHM_MAGIC) break;
+        if (n == HZ_SHM_PREAMBLE_SIZE && g->pre.magic != 0) return SEG_BAD;
+        if (tries >= 20) return n == 0 || g->pre.magic == 0 ? SEG_INIT : SEG_BAD;
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (fstat(g->fd, &g->st) != 0) {
+        g->err = errno;
+        return SEG_IOERR;
+    }
+    if (g->pre.layout_version != HZ_SHM_LAYOUT_VERSION ||
+        g->pre.header_size != sizeof(struct hz_shm_segment))
+        return SEG_VERSION;
+    if (g->pre.pid != (uint64_t)pid || g->pre.total_size < sizeof(struct hz_shm_segment) ||
+        (uint64_t)g->st.st_size < sizeof(struct hz_shm_segment))
+        return SEG_BAD;
+    g->map_size = sizeof(struct hz_shm_segment);
+    void *m = mmap(NULL, g->map_size, PROT_READ, MAP_SHARED, g->fd, 0);
+    if (m == MAP_FAILED) {
+        g->err = errno;
+        return SEG_IOERR;
+    }
+    g->map = m;
+    return SEG_OK;
+}
+
+/* A consistent copy of the mapped segment (seqlock read); false if none came. */
+static bool seg_read(struct seg *g) {
+    const struct hz_shm_segment *m = g->map;
+    for (int tries = 0; tries < 2000; tries++) {
+        uint64_t g1 = __atomic_load_n(&m->generation, __ATOMIC_ACQUIRE);
+        if ((g1 & 1) == 0) {
+            memcpy(&g->snap, (const void *)m, sizeof g->snap);
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            uint64_t g2 = __atomic_load_n(&m->generation, __ATOMIC_RELAXED);
+            if (g1 == g2) return true;
+        }
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* Is the segment's process still there and publishing into it?  Uses the preamble
+ * (pid, start time), so it works for any layout version; the mapping check needs
+ * the file's inode (st) and permission to read /proc/PID/maps. */
+static enum liveness seg_liveness(const struct seg *g, bool have_header, bool check_maps) {
+    char state = 0;
+    uint64_t start = 0;
+    if (!proc_stat(g->pid, &state, &start)) return proc_exists(g->pid) ? ALIVE : GONE;
+    if (state == 'Z' || state == 'X') return ZOMBIE;
+    if (have_header && g->pre.start_time != 0 && start != g->pre.start_time) return REUSED;
+    if (check_maps && have_header && g->fd >= 0 && proc_maps_inode(g->pid, g->st.st_ino) == 0)
+        return UNMAPPED;
+    return ALIVE;
+}
+
+static int report_stale(const struct seg *g, enum liveness lv) {
+    msg("stale segment %s: %s (remove it with `hzstat --gc`)", g->path,
+        lv == GONE     ? "the process is gone"
+        : lv == ZOMBIE ? "the process has exited"
+        : lv == REUSED ? "its pid now belongs to another process"
+                       : "the process no longer maps it (it exec'd another program)");
+    return EXIT_STALE;
+}
+
+/* Explain a failed seg_open for PID on stderr; returns the exit status. */
+static int report_open_failure(struct seg *g, enum seg_status st) {
+    enum liveness lv;
+    switch (st) {
+    case SEG_NOENT:
+        if (proc_exists(g->pid)) {
+            msg("process %ld has no hakozuna stats segment (%s)", g->pid, g->path);
+            fprintf(stderr,
+                    "hint: start it with `hzrun --stats CMD` or with HAKOZUNA_STATS=1 in its "
+                    "environment (and hakozuna preloaded)\n");
+            return EXIT_NOSEG;
+        }
+        msg("no such process: %ld", g->pid);
+        return EXIT_NOPROC;
+    case SEG_PERM:
+        msg("permission denied: %s (it belongs to the user the process runs as; run "
+            "hzstat as that user or as root)",
+            g->path);
+        return EXIT_PERM;
+    case SEG_VERSION:
+        if ((lv = seg_liveness(g, true, false)) != ALIVE) return report_stale(g, lv);
+        if (g->pre.layout_version != HZ_SHM_LAYOUT_VERSION)
+            msg("%s has segment layout version %" PRIu32 "; this hzstat (hakozuna %s) "
+                "reads layout version %u: use the hzstat of the library the process runs",
+                g->path, g->pre.layout_version, PACKAGE_VERSION, HZ_SHM_LAYOUT_VERSION);
+        else
+            msg("%s: layout version %u but header size %" PRIu32 " (expected %zu): use the "
+                "hzstat of the library the process runs",
+                g->path, HZ_SHM_LAYOUT_VERSION, g->pre.header_size,
+                sizeof(struct hz_shm_segment));
+        return EXIT_VERSION;
+    case SEG_INIT:
+        if ((lv = seg_liveness(g, false, false)) != ALIVE) return report_stale(g, lv);
+        msg("%s is still being set up, or its creator failed: try again", g->path);
+        return EXIT_ERROR;
+    case SEG_BAD:
+        if ((lv = seg_liveness(g, false, false)) != ALIVE) return report_stale(g, lv);
+        msg("%s is not a valid hakozuna stats segment", g->path);
+        return EXIT_ERROR;
+    case SEG_IOERR:
+        msg("%s: %s", g->path, strerror(g->err));
+        return EXIT_ERROR;
+    case SEG_OK:
+        break;
+    }
+    return EXIT_OK;
+}
+
+/* --------------------------------------------------------------- snapshots */
+
+static void print_text(const struct seg *g, bool classes) {
+    const struct hz_shm_segment *s = &g->snap;
+    char comm[64], version[sizeof s->version + 1], config[sizeof s->config + 1];
+    char b1[32], b2[32];
+    proc_comm(g->pid, comm, sizeof comm);
+    field_str(version, sizeof version, s->version, sizeof s->version);
+    field_str(config, sizeof config, s->config, sizeof s->config);
+    double age = s->counters.last_publish_mono_ns
+                     ? (double)(now_ns(CLOCK_MONOTONIC) - s->counters.last_publish_mono_ns) / 1e9
+                     : 0;
+    printf("process %ld (%s): %s\n", g->pid, comm, version);
+    printf("  %-24s %s\n", "uptime", human_duration(uptime_of(s), b1, sizeof b1));
+    printf("  %-24s %s ago (%" PRIu64 " updates)%s\n", "last published",
+           human_duration(age, b2, sizeof b2), s->counters.publishes,
+           (s->flags & HZ_SHM_FLAG_FINAL) ? ", final: process exiting" : "");
+    printf("  %-24s %s\n", "config", config);
+    if (s->flags & HZ_SHM_FLAG_NO_COUNTERS)
+        printf("  note: built without per-thread counters; event counts read 0\n");
+    printf("\n");
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const struct field *f = &fields[i];
+        if (f->offset >= offsetof(struct hz_shm_counters, publishes)) break;
+        uint64_t v = get(&s->counters, f);
+        if (f->kind == K_BYTES || f->kind == K_BYTES_GAUGE)
+            printf("  %-24s %18" PRIu64 "  %s\n", f->label, v, human_bytes(v, b1, sizeof b1));
+        else
+            printf("  %-24s %18" PRIu64 "\n", f->label, v);
+    }
+    if (!classes) return;
+    printf("\n  %5s %10s %16s %16s %14s %12s\n", "class", "size", "mallocs", "frees", "live",
+           "live bytes");
+    unsigned n = class_limit(s);
+    for (unsigned c = 0; c < n; c++) {
+        const struct hz_shm_class *k = &s->classes[c];
+        if (k->size == 0 || (k->mallocs == 0 && k->frees == 0)) continue;
+        int64_t live = k->mallocs >= k->frees ? (int64_t)(k->mallocs - k->frees) : 0;
+        printf("  %5u %10" PRIu64 " %16" PRIu64 " %16" PRIu64 " %14" PRId64 " %12s\n", c,
+               k->size, k->mallocs, k->frees, live,
+               human_bytes((uint64_t)live * k->size, b1, sizeof b1));
+    }
+}
+
+static void json_header(const struct seg *g, const char *state) {
+    const struct hz_shm_segment *s = &g->snap;
+    char comm[64], version[sizeof s->version + 1], variant[sizeof s->variant + 1];
+    char config[sizeof s->config + 1];
+    proc_comm(g->pid, comm, sizeof comm);
+    field_str(version, sizeof version, s->version, sizeof s->version);
+    field_str(variant, sizeof variant, s->variant, sizeof s->variant);
+    field_str(config, sizeof config, s->config, sizeof s->config);
+    double age = s->counters.last_publish_mono_ns
+                     ? (double)(now_ns(CLOCK_MONOTONIC) - s->counters.last_publish_mono_ns) / 1e9
+                     : 0;
+    printf("{\"pid\":%ld,\"comm\":", g->pid);
+    json_string(stdout, comm);
+    printf(",\"state\":\"%s\",\"version\":", state);
+    json_string(stdout, version);
+    printf(",\"variant\":");
+    json_string(stdout, variant);
+    printf(",\"config\":");
+    json_string(stdout, config);
+    printf(",\"layout_version\":%" PRIu32 ",\"creation_id\":\"%016" PRIx64 "\""
+           ",\"start_time\":%" PRIu64 ",\"uptime_s\":%.3f,\"publish_age_s\":%.3f"
+           ",\"final\":%s,\"counters_built\":%s",
+           s->layout_version, s->creation_id, s->start_time, uptime_of(s), age,
+           (s->flags & HZ_SHM_FLAG_FINAL) ? "true" : "false",
+           (s->flags & HZ_SHM_FLAG_NO_COUNTERS) ? "false" : "true");
+}
+
+static void json_counters(const struct hz_shm_counters *c) {
+    printf(",\"counters\":{");
+    for (size_t i = 0; i < NFIELDS; i++)
+        printf("%s\"%s\":%" PRIu64, i ? "," : "", fields[i].name, get(c, &fields[i]));
+    printf("}");
+}
+
+static void json_classes(const struct hz_shm_segment *s) {
+    printf(",\"classes\":[");
+    bool first = true;
+    unsigned n = class_limit(s);
+    for (unsigned c = 0; c < n; c++) {
+        const struct hz_shm_class *k = &s->classes[c];
+        if (k->size == 0 || (k->mallocs == 0 && k->frees == 0)) continue;
+        uint64_t live = k->mallocs >= k->frees ? k->mallocs - k->frees : 0;
+        printf("%s{\"class\":%u,\"size\":%" PRIu64 ",\"mallocs\":%" PRIu64 ",\"frees\":%" PRIu64
+               ",\"live\":%" PRIu64 "}",
+               first ? "" : ",", c, k->size, k->mallocs, k->frees, live);
+        first = false;
+    }
+    printf("]");
+}
+
+static void print_json(const struct seg *g, bool classes) {
+    json_header(g, "live");
+    json_counters(&g->snap.counters);
+    if (classes) json_classes(&g->snap);
+    printf("}\n");
+}
+
+/* Open PID's segment, check it, and take a consistent snapshot. */
+static int open_live(struct seg *g, long pid) {
+    enum seg_status st = seg_open(g, pid);
+    if (st != SEG_OK) {
+        int rc = report_open_failure(g, st);
+        seg_close(g);
+        return rc;
+    }
+    enum liveness lv = seg_liveness(g, true, true);
+    if (lv != ALIVE) {
+        seg_close(g);
+        return report_stale(g, lv);
+    }
+    if (!seg_read(g)) {
+        msg("%s: no consistent snapshot (the writer seems stuck mid-update)", g->path);
+        seg_close(g);
+        return EXIT_ERROR;
+    }
+    return EXIT_OK;
+}
+
+static int cmd_snapshot(long pid, bool json, bool classes) {
+    struct seg g;
+    int rc = open_live(&g, pid);
+    if (rc != EXIT_OK) return rc;
+    if (json) print_json(&g, classes);
+    else print_text(&g, classes);
+    seg_close(&g);
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+}
+
+/* ---------------------------------------------------------------- intervals */
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+static void sleep_seconds(double s) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    while (!interrupted && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void print_rate_header(void) {
+    printf("%8s", "time");
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (fields[i].rate) printf(" %11s", fields[i].rate);
+    printf(" %10s %10s %7s\n", "in-use", "mapped", "threads");
+}
+
+static const char *short_bytes(uint64_t v, char *buf, size_t cap) {
+    static const char units[] = "BKMGTP";
+    double d = (double)v;
+    unsigned u = 0;
+    while (d >= 1024.0 && u + 1 < sizeof units - 1) {
+        d /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, cap, "%" PRIu64, v);
+    else snprintf(buf, cap, "%.1f%ci", d, units[u]);
+    return buf;
+}
+
+static int cmd_interval(long pid, double interval, long count, bool json, bool classes) {
+    struct seg g;
+    int rc = open_live(&g, pid);
+    if (rc != EXIT_OK) return rc;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    struct hz_shm_segment prev = g.snap;
+    uint64_t prev_wall = now_ns(CLOCK_MONOTONIC);
+    if (!json) print_rate_header();
+    int lines = 0;
+    bool ended = false;
+    for (long k = 0; (count <= 0 || k < count) && !interrupted && !ended; k++) {
+        sleep_seconds(interval);
+        if (interrupted) break;
+        if (!seg_read(&g)) {
+            msg("%s: no consistent snapshot (the writer seems stuck mid-update)", g.path);
+            rc = EXIT_ERROR;
+            break;
+        }
+        uint64_t wall = now_ns(CLOCK_MONOTONIC);
+        const struct hz_shm_counters *c = &g.snap.counters, *p = &prev.counters;
+        /* Rates over the time between the two publishes the counters came from.  The
+         * process publishes from its slow paths only: an interval without a publish
+         * (idle, or a steady state served by the fast paths alone) has no rates. */
+        double dt = c->last_publish_mono_ns > p->last_publish_mono_ns
+                        ? (double)(c->last_publish_mono_ns - p->last_publish_mono_ns) / 1e9
+                        : 0;
+        double wall_dt = (double)(wall - prev_wall) / 1e9;
+        ended = (g.snap.flags & HZ_SHM_FLAG_FINAL) || seg_liveness(&g, true, false) != ALIVE;
+        if (json) {
+            json_header(&g, ended ? "exited" : "live");
+            printf(",\"interval_s\":%.3f,\"published\":%s,\"rates\":", wall_dt,
+                   dt > 0 ? "true" : "false");
+            if (dt > 0) {
+                bool first = true;
+                printf("{");
+                for (size_t i = 0; i < NFIELDS; i++) {
+                    const struct field *f = &fields[i];
+                    if (f->kind != K_COUNT && f->kind != K_BYTES) continue;
+                    if (f->offset >= offsetof(struct hz_shm_counters, publishes)) continue;
+                    double r = (double)(get(c, f) - get(p, f)) / dt;
+                    printf("%s\"%s_per_s\":%.1f", first ? "" : ",", f->name, r);
+                    first = false;
+                }
+                printf("}");
+            } else {
+                printf("null"); /* nothing published in this interval */
+            }
+            json_counters(c);
+            if (classes) json_classes(&g.snap);
+            printf("}\n");
+        } else {
+            char tbuf[16], b1[16], b2[16];
+            time_t t = time(NULL);
+            struct tm tm;
+            localtime_r(&t, &tm);
+            strftime(tbuf, sizeof tbuf, "%H:%M:%S", &tm);
+            if (lines > 0 && lines % 20 == 0) print_rate_header();
+            printf("%8s", tbuf);
+            for (size_t i = 0; i < NFIELDS; i++) {
+                const struct field *f = &fields[i];
+                if (!f->rate) continue;
+                if (dt > 0) printf(" %11.0f", (double)(get(c, f) - get(p, f)) / dt);
+                else printf(" %11s", "-"); /* nothing published in this interval */
+            }
+            printf(" %10s %10s %7" PRIu64 "\n", short_bytes(c->bytes_in_use, b1, sizeof b1),
+                   short_bytes(c->bytes_mapped, b2, sizeof b2), c->threads_live);
+            lines++;
+        }
+        fflush(stdout);
+        prev = g.snap;
+        prev_wall = wall;
+    }
+    if (ended) fprintf(stderr, "%s: process %ld has exited\n", prog, pid);
+    seg_close(&g);
+    return rc;
+}
+
+/* --------------------------------------------------------------- list / gc */
+
+static int pid_cmp(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* PIDs of the segment files in /dev/shm, sorted; -1 on error. */
+static long list_pids(long **out) {
+    DIR *d = opendir(HZ_SHM_DIR);
+    if (d == NULL) return -1;
+    long *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    const size_t plen = strlen(HZ_SHM_FILE_PREFIX);
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, HZ_SHM_FILE_PREFIX, plen) != 0) continue;
+        const char *num = e->d_name + plen;
+        if (*num == '\0' || *num == '0' || strspn(num, "0123456789") != strlen(num) ||
+            strlen(num) > 10)
+            continue;
+        long pid = strtol(num, NULL, 10);
+        if (pid <= 0 || pid > INT_MAX) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            long *nv = realloc(v, cap * sizeof *v);
+            if (nv == NULL) {
+                free(v);
+                closedir(d);
+                return -1;
+            }
+            v = nv;
+        }
+        v[n++] = pid;
+    }
+    closedir(d);
+    if (n) qsort(v, n, sizeof *v, pid_cmp);
+    *out = v;
+    return (long)n;
+}
+
+static int cmd_list(bool json) {
+    long *pids = NULL;
+    long n = list_pids(&pids);
+    if (n < 0) {
+        msg("cannot read %s: %s", HZ_SHM_DIR, strerror(errno));
+        return EXIT_ERROR;
+    }
+    if (!json)
+        printf("%-8s %-16s %-10s %9s %12s %12s %7s  %s\n", "PID", "COMMAND", "VARIANT",
+               "UPTIME", "IN USE", "MAPPED", "THREADS", "STATE");
+    for (long i = 0; i < n; i++) {
+        struct seg g;
+        char comm[64], variant[40] = "-", state[64], b1[32], b2[32], b3[32];
+        enum seg_status st = seg_open(&g, pids[i]);
+        enum liveness lv = seg_liveness(&g, st == SEG_OK || st == SEG_VERSION, true);
+        bool have = false;
+        if (lv != ALIVE) snprintf(state, sizeof state, "stale (%s)", liveness_text[lv]);
+        else if (st == SEG_PERM) snprintf(state, sizeof state, "no access");
+        else if (st == SEG_VERSION)
+            snprintf(state, sizeof state, "layout v%" PRIu32 " (not v%u)", g.pre.layout_version,
+                     HZ_SHM_LAYOUT_VERSION);
+        else if (st == SEG_INIT) snprintf(state, sizeof state, "starting");
+        else if (st != SEG_OK) snprintf(state, sizeof state, "invalid segment");
+        else if (!seg_read(&g)) snprintf(state, sizeof state, "unreadable");
+        else {
+            have = true;
+            snprintf(state, sizeof state, "%s",
+                     (g.snap.flags & HZ_SHM_FLAG_FINAL) ? "exiting" : "live");
+        }
+        if (lv == ALIVE || lv == REUSED) proc_comm(pids[i], comm, sizeof comm);
+        else snprintf(comm, sizeof comm, "-");
+        if (have) field_str(variant, sizeof variant, g.snap.variant, sizeof g.snap.variant);
+        if (json) {
+            printf("{\"pid\":%ld,\"comm\":", pids[i]);
+            json_string(stdout, comm);
+            printf(",\"state\":");
+            json_string(stdout, state);
+            printf(",\"stale\":%s", lv != ALIVE ? "true" : "false");
+            if (have) {
+                printf(",\"variant\":");
+                json_string(stdout, variant);
+                printf(",\"uptime_s\":%.3f,\"bytes_in_use\":%" PRIu64 ",\"bytes_mapped\":%" PRIu64
+                       ",\"threads_live\":%" PRIu64,
+                       uptime_of(&g.snap), g.snap.counters.bytes_in_use,
+                       g.snap.counters.bytes_mapped, g.snap.counters.threads_live);
+            }
+            printf("}\n");
+        } else if (have) {
+            printf("%-8ld %-16s %-10s %9s %12s %12s %7" PRIu64 "  %s\n", pids[i], comm, variant,
+                   human_duration(uptime_of(&g.snap), b1, sizeof b1),
+                   human_bytes(g.snap.counters.bytes_in_use, b2, sizeof b2),
+                   human_bytes(g.snap.counters.bytes_mapped, b3, sizeof b3),
+                   g.snap.counters.threads_live, state);
+        } else {
+            printf("%-8ld %-16s %-10s %9s %12s %12s %7s  %s\n", pids[i], comm, variant, "-", "-",
+                   "-", "-", state);
+        }
+        seg_close(&g);
+    }
+    if (n == 0 && !json) printf("(no hakozuna stats segments in %s)\n", HZ_SHM_DIR);
+    free(pids);
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+}
+
+static int cmd_gc(void) {
+    long *pids = NULL;
+    long n = list_pids(&pids);
+    if (n < 0) {
+        msg("cannot read %s: %s", HZ_SHM_DIR, strerror(errno));
+        return EXIT_ERROR;
+    }
+    int rc = EXIT_OK, removed = 0;
+    for (long i = 0; i < n; i++) {
+        struct seg g;
+        enum seg_status st = seg_open(&g, pids[i]);
+        bool have = st == SEG_OK || st == SEG_VERSION;
+        enum liveness lv = seg_liveness(&g, have, true);
+        seg_close(&g);
+        if (lv == ALIVE) continue;
+        if (unlink(g.path) == 0) {
+            printf("removed %s (%s)\n", g.path, liveness_text[lv]);
+            removed++;
+        } else if (errno != ENOENT) {
+            msg("cannot remove %s (%s): %s", g.path, liveness_text[lv], strerror(errno));
+            rc = (errno == EACCES || errno == EPERM) ? EXIT_PERM : EXIT_ERROR;
+        }
+    }
+    if (removed == 0 && rc == EXIT_OK) printf("no stale segments\n");
+    free(pids);
+    if (fflush(stdout) != 0) rc = EXIT_ERROR;
+    return rc;
+}
+
+/* -------------------------------------------------------------------- main */
+
+static bool parse_long(const char *s, long min, long max, long *out) {
+    if (s == NULL || *s == '\0' || strspn(s, "0123456789") != strlen(s) || strlen(s) > 10)
+        return false;
+    errno = 0;
+    long v = strtol(s, NULL, 10);
+    if (errno != 0 || v < min || v > max) return false;
+    *out = v;
+    return true;
+}
+
+int main(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"interval", required_argument, NULL, 'i'},
+        {"count", required_argument, NULL, 'n'},
+        {"json", no_argument, NULL, 'j'},
+        {"classes", no_argument, NULL, 'c'},
+        {"gc", no_argument, NULL, 'G'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    double interval = 0;
+    long count = 0, pid = 0;
+    bool json = false, classes = false, gc = false, have_interval = false, have_count = false;
+    int c;
+    opterr = 0;
+    /* GNU getopt permutes: options may also follow the PID. */
+    while ((c = getopt_long(argc, argv, ":i:n:jch", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'i': {
+            char *end;
+            errno = 0;
+            interval = strtod(optarg, &end);
+            if (errno != 0 || end == optarg || *end != '\0' || !isfinite(interval) ||
+                interval <= 0 || interval > 86400)
+                return usage_error("-i needs a number of seconds > 0, got '%s'", optarg);
+            have_interval = true;
+            break;
+        }
+        case 'n':
+            if (!parse_long(optarg, 1, 1000000000L, &count))
+                return usage_error("-n needs a positive count, got '%s'", optarg);
+            have_count = true;
+            break;
+        case 'j': json = true; break;
+        case 'c': classes = true; break;
+        case 'G': gc = true; break;
+        case 'V':
+            printf("hzstat (hakozuna) %s, stats segment layout %u\n", PACKAGE_VERSION,
+                   HZ_SHM_LAYOUT_VERSION);
+            return EXIT_OK;
+        case 'h': usage(stdout); return EXIT_OK;
+        case ':': return usage_error("option %s needs an argument", argv[optind - 1]);
+        default:
+            if (optopt) return usage_error("unknown option -%c", optopt);
+            return usage_error("unknown option %s", argv[optind - 1]);
+        }
+    }
+    const char *pid_arg = NULL;
+    if (optind < argc) pid_arg = argv[optind++];
+    if (optind < argc) return usage_error("unexpected argument: %s", argv[optind]);
+
+    if (gc) {
+        if (pid_arg || have_interval || have_count || classes || json)
+            return usage_error("--gc takes no other argument");
+        return cmd_gc();
+    }
+    if (pid_arg == NULL) {
+        if (have_interval || have_count || classes)
+            return usage_error("-i, -n and -c need a PID");
+        return cmd_list(json);
+    }
+    if (!parse_long(pid_arg, 1, INT_MAX, &pid))
+        return usage_error("not a process id: '%s'", pid_arg);
+    if (have_count && !have_interval) interval = 1, have_interval = true;
+    if (have_interval) return cmd_interval(pid, interval, count, json, classes);
+    return cmd_snapshot(pid, json, classes);
+}
