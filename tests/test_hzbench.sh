@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# test_hzbench.sh - checks tools/hzbench, the benchmark runner, on a tiny matrix:
+#   - bad options, an unknown allocator, a missing build directory: non-zero exit;
+#   - a 2-cell matrix with --runs 2 under hakozuna and glibc writes a log per
+#     cell starting with a [BENCH-HEADER] line (commit, sha256 of every library,
+#     CPU), records the alternating run order, and writes results.json (valid
+#     JSON), summary.md (a table with both allocators and a ratio column) and,
+#     when gnuplot is installed, chart.png;
+#   - a program whose checksum changes from run to run is reported as a
+#     checksum mismatch with exit status 1.
+# The build directory is $HZ_BUILDDIR (default: the current directory).  Prints
+# "N passed, M failed"; exits 1 on any failure, 77 when it cannot run.
+
+set -u
+
+BUILDDIR=${HZ_BUILDDIR:-.}
+HERE=$(cd "$(dirname "$0")" && pwd)
+HZBENCH="$HERE/../tools/hzbench"
+
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "SKIP: python3 not found"
+    exit 77
+fi
+if [ ! -x "$BUILDDIR/bench/bench_random_mixed_malloc_args" ] ||
+    [ ! -e "$BUILDDIR/.libs/libhakozuna.so" ]; then
+    echo "SKIP: $BUILDDIR has no built benchmarks or libhakozuna.so (set HZ_BUILDDIR)"
+    exit 77
+fi
+
+passed=0
+failed=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_hzbench.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+pass() {
+    passed=$((passed + 1))
+    echo "PASS: $*"
+}
+
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+}
+
+# expect_usage_error DESCRIPTION ARGS... : exit status 2 and an error message.
+expect_usage_error() {
+    local what=$1 rc=0
+    shift
+    python3 "$HZBENCH" "$@" >"$tmp/usage.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 2 ] && grep -qi 'error' "$tmp/usage.out"; then
+        pass "$what gives exit status 2"
+    else
+        fail "$what: expected exit status 2 with an error, got $rc"
+        sed 's/^/    /' "$tmp/usage.out" | head -5
+    fi
+}
+
+expect_usage_error "an unknown option" --builddir "$BUILDDIR" --no-such-option
+expect_usage_error "--runs 0" --builddir "$BUILDDIR" --runs 0
+expect_usage_error "--quick with --full" --builddir "$BUILDDIR" --quick --full
+expect_usage_error "an unknown allocator" --builddir "$BUILDDIR" --allocators hakozuna,nosuchmalloc \
+    --out "$tmp/unknown"
+expect_usage_error "a missing build directory" --builddir "$tmp/no-such-dir"
+expect_usage_error "an unknown cell" --builddir "$BUILDDIR" --cell no_such_cell --list
+mkdir -p "$tmp/emptybuild"
+expect_usage_error "a build directory without benchmarks" --builddir "$tmp/emptybuild" --list
+
+cat >"$tmp/matrix" <<'EOF'
+# name       program                          arguments
+st_tiny      bench_random_mixed_malloc_args   20000 64 16 1024
+mt_tiny      bench_random_mixed_mt_remote_malloc 2 20000 64 16 1024 50 20000
+EOF
+
+OUT="$tmp/out"
+rc=0
+python3 "$HZBENCH" --builddir "$BUILDDIR" --matrix "$tmp/matrix" --runs 2 \
+    --allocators hakozuna,glibc --out "$OUT" >"$tmp/run.out" 2>&1 || rc=$?
+if [ "$rc" -eq 0 ]; then
+    pass "hzbench runs a 2-cell matrix"
+else
+    fail "hzbench on a 2-cell matrix: exit status $rc"
+    sed 's/^/    /' "$tmp/run.out" | tail -10
+fi
+
+# ------------------------------------------------------------- cell logs
+for cell in st_tiny mt_tiny; do
+    log="$OUT/$cell.log"
+    if [ ! -f "$log" ]; then
+        fail "$cell.log missing"
+        continue
+    fi
+    first=$(head -n 1 "$log")
+    if [[ $first == "[BENCH-HEADER] "* ]] &&
+        grep -Eq ' commit=[0-9a-f]{4,}(-dirty)?( |$)| commit=unknown( |$)' <<<"$first" &&
+        grep -Eq ' sha256\.hakozuna=[0-9a-f]{64}( |$)' <<<"$first" &&
+        grep -Eq ' sha256\.glibc=[0-9a-f]{64}( |$)' <<<"$first" &&
+        grep -Eq ' cpu=[^ ]' <<<"$first" &&
+        grep -Eq ' cores=[0-9]+' <<<"$first" &&
+        grep -Eq ' kernel=[^ ]' <<<"$first" &&
+        grep -Eq ' loadavg=' <<<"$first" &&
+        grep -Eq ' configure=' <<<"$first" &&
+        grep -Eq '^\[BENCH-HEADER\] date=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z ' <<<"$first"; then
+        pass "$cell.log starts with a [BENCH-HEADER] line (commit, sha256, CPU, ...)"
+    else
+        fail "$cell.log: bad or missing [BENCH-HEADER] line: $first"
+    fi
+    order=$(sed -n 's/^\[RUN\] .* alloc=\([^ ]*\) run=\([0-9]*\)\/2 .*/\1#\2/p' "$log" | tr '\n' ' ')
+    if [ "$order" = "hakozuna#1 glibc#1 hakozuna#2 glibc#2 " ]; then
+        pass "$cell.log records the alternating order ($order)"
+    else
+        fail "$cell.log: run order '$order', expected hakozuna#1 glibc#1 hakozuna#2 glibc#2"
+    fi
+    if grep -Eq '^hakozuna#2 \| .*ops/s=[0-9]' "$log" && grep -Eq '^glibc#1 \| .*ops/s=[0-9]' "$log"; then
+        pass "$cell.log holds the raw output prefixed with allocator and run"
+    else
+        fail "$cell.log lacks the prefixed raw output of the runs"
+    fi
+done
+if grep -q '^hakozuna#1 | \[EFFECTIVE_REMOTE\] target=50% ' "$OUT/mt_tiny.log"; then
+    pass "mt_tiny.log keeps the [EFFECTIVE_REMOTE] line"
+else
+    fail "mt_tiny.log lacks the [EFFECTIVE_REMOTE] line"
+fi
+
+# ------------------------------------------------------------ results.json
+if python3 - "$OUT/results.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [c["name"] for c in r["cells"]] == ["st_tiny", "mt_tiny"], "cells"
+for c in r["cells"]:
+    assert len(c["runs"]) == 4, "4 runs per cell"
+    assert [x["alloc"] for x in c["runs"]] == ["hakozuna", "glibc", "hakozuna", "glibc"], "order"
+    assert all(x["ok"] and x["ops_per_s"] > 0 and x["peak_rss_kb"] > 0 for x in c["runs"]), "runs"
+    assert c["checksum_ok"] and len(c["checksums"]) == 1, "checksum"
+    s = c["stats"]
+    assert abs(s["glibc"]["ratio_to_best_peer"] - 1.0) < 1e-9, "glibc is the only peer"
+    assert s["hakozuna"]["ratio_to_best_peer"] > 0, "ratio"
+    assert s["hakozuna"]["min_ops_per_s"] <= s["hakozuna"]["median_ops_per_s"] \
+        <= s["hakozuna"]["max_ops_per_s"], "median between min and max"
+mt = r["cells"][1]["runs"][0]
+assert mt["fallback_rate_pct"] == 0.0 and not mt["invalid_fallback"], "ring of ITERS slots"
+assert len(r["header"]["libs"]["hakozuna"]["sha256"]) == 64, "sha256"
+assert r["problems"] == [], r["problems"]
+EOF
+then
+    pass "results.json parses and holds the runs, statistics and ratios"
+else
+    fail "results.json is missing, does not parse or lacks expected content"
+fi
+
+# -------------------------------------------------------------- summary.md
+S="$OUT/summary.md"
+if [ -f "$S" ] && grep -q '^| allocator | median Mops/s | min | max | ratio to best peer |' "$S" &&
+    grep -Eq '^\| hakozuna \| [0-9]+\.[0-9]{2} \| .* \| [0-9]+\.[0-9]{2} \|' "$S" &&
+    grep -Eq '^\| glibc \(best peer\) \| [0-9]+\.[0-9]{2} \| .* \| 1\.00 \|' "$S" &&
+    [ "$(grep -c '^### ' "$S")" -eq 2 ]; then
+    pass "summary.md has a table per cell with both allocators and the ratio column"
+else
+    fail "summary.md lacks the per-cell tables with hakozuna, glibc and ratios"
+fi
+
+# ------------------------------------------------------------------ chart
+if command -v gnuplot >/dev/null 2>&1; then
+    if [ -s "$OUT/chart.png" ] && [ "$(head -c 4 "$OUT/chart.png" | od -An -c | tr -d ' ')" = "211PNG" ]; then
+        pass "chart.png produced (gnuplot)"
+    else
+        fail "gnuplot is installed but chart.png is missing or not a PNG"
+    fi
+else
+    echo "SKIP: chart.png check (gnuplot not installed)"
+fi
+
+# ----------------------------------------------------- existing results dir
+rc=0
+python3 "$HZBENCH" --builddir "$BUILDDIR" --matrix "$tmp/matrix" --runs 1 \
+    --allocators glibc --out "$OUT" >"$tmp/again.out" 2>&1 || rc=$?
+if [ "$rc" -eq 2 ]; then
+    pass "an --out directory that already holds results is refused"
+else
+    fail "reusing an --out directory with results: exit status $rc, expected 2"
+fi
+
+# ------------------------------------------------------- checksum mismatch
+# A "benchmark" whose checksum differs on every run must be reported.
+cat >"$tmp/fake_bench" <<'EOF'
+#!/bin/sh
+echo "[fake_bench] ops/s=1000.0 checksum=0x$$"
+EOF
+chmod +x "$tmp/fake_bench"
+echo "fake $tmp/fake_bench" >"$tmp/matrix2"
+rc=0
+python3 "$HZBENCH" --builddir "$BUILDDIR" --matrix "$tmp/matrix2" --runs 2 \
+    --allocators hakozuna,glibc --out "$tmp/out2" --no-chart >"$tmp/run2.out" 2>&1 || rc=$?
+if [ "$rc" -eq 1 ] && grep -q 'CHECKSUM MISMATCH' "$tmp/run2.out" &&
+    grep -q 'CHECKSUM MISMATCH' "$tmp/out2/summary.md" && [ ! -e "$tmp/out2/chart.png" ]; then
+    pass "a checksum mismatch is reported with exit status 1"
+else
+    fail "checksum mismatch: exit status $rc, expected 1 with CHECKSUM MISMATCH in output and summary"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
