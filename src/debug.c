@@ -1,0 +1,644 @@
+/* debug.c - the checked variant: a layer between the public names and the core that
+ * wraps every block so heap errors stop the program at the call that reveals them.
+ *
+ * Layout of a live block (the core block b is at least size + 24 bytes):
+ *
+ *     b                       user - 16     user                 user + size      b + bs
+ *     | (aligned: padding)   | magic | size |  the caller's bytes |  canary ...    |
+ *
+ * user is b + 16, or b + alignment for alignments above 16.  The first header word is
+ * LIVE_MAGIC ^ user; the second holds the requested size (low 32 bits) and the
+ * alignment asked for (high 32 bits; 0 for malloc, calloc and realloc).  Everything
+ * after the caller's bytes is canary (the first CHECK_CAP bytes of it, at least 8).
+ *
+ * A freed block, whatever its layout was:
+ *
+ *     b                b + 8          b + 16
+ *     | core's link    | freed mark   | poison (the first CHECK_CAP bytes) ...
+ *
+ * The freed mark names the block's address, its size and the page's lifetime, so a
+ * mark left in memory that has since served another size class (or another lifetime
+ * of the same page) never matches: only blocks freed through this layer in the
+ * page's current lifetime have their poison checked when the core hands them out.
+ * A page's lifetime is an epoch per 64 KiB unit kept in the unused tail of the
+ * segment header; it moves on whenever the first block of a page is handed out
+ * while no other block of the page is (always so for a new page).  That block is
+ * not checked then: writes to the first block of a page after the page emptied go
+ * unseen (so do all writes after free in classes above 256 KiB, one block a page).
+ *
+ * Errors print one line with write(2) and abort.  Pointers outside hakozuna's memory
+ * (another allocator's, the dynamic loader's) print a warning and are ignored.
+ *
+ * Under valgrind every block is described to memcheck: the caller's bytes are a
+ * malloc-like block, header and canary are no-access while it is live, and a freed
+ * block is no-access except the core's link word.  Errors are muted while the core
+ * runs, since it may write link words into memory an earlier block left no-access.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "entry.h"
+
+#if HZ_DEBUG
+
+/* A block is handed out by the thread that owns its page (the epochs and the page's
+ * `used` count are read and written by that thread only). */
+#if HZ_STASH_BLOCKS
+#error "the checked variant needs the default policies: no per-thread stash"
+#endif
+
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>) && __has_include(<valgrind/valgrind.h>)
+#include <valgrind/memcheck.h>
+#include <valgrind/valgrind.h>
+#define DBG_VALGRIND 1
+#endif
+#endif
+#ifndef DBG_VALGRIND
+#define DBG_VALGRIND 0
+#endif
+
+/* ------------------------------------------------------------------ layout */
+#define HEADER 16
+#define MIN_CANARY 8
+#define OVERHEAD (HEADER + MIN_CANARY)
+#define CHECK_CAP ((size_t)64 << 10) /* poison and canary bytes written and checked */
+#define POISON_BYTE 0xdf
+#define CANARY_BYTE 0xcb
+#define LIVE_MAGIC 0x687a2d6c6976652aULL        /* "hz-live*" */
+#define FREED_MAGIC 0x687a2d667265652aULL       /* "hz-free*" */
+#define FREED_LARGE_MAGIC 0x687a2d4c4652452aULL /* "hz-LFRE*" */
+typedef uint64_t __attribute__((may_alias, aligned(1))) word_t;
+#define WORD(p) (*(word_t *)(void *)(p))
+
+/* Epochs of a segment's units (see small_mark), in the tail of its header, which the
+ * segment descriptor leaves unused. */
+#define EPOCH_TABLE (HZ_SEGMENT_HEADER - HZ_UNITS * sizeof(uint32_t))
+_Static_assert(sizeof(hz_segment_t) <= EPOCH_TABLE, "no room for the epochs in the segment header");
+
+static inline _Atomic uint32_t *unit_epoch(hz_segment_t *seg, unsigned unit) {
+    return (_Atomic uint32_t *)(void *)((char *)seg + EPOCH_TABLE) + unit;
+}
+
+/* ---------------------------------------------------------------- valgrind */
+#if DBG_VALGRIND
+static _Atomic int vg_state; /* 0: not asked yet, 1: native, 2: under valgrind */
+
+static bool vg_slow(void) {
+    int s = RUNNING_ON_VALGRIND ? 2 : 1;
+    atomic_store_explicit(&vg_state, s, memory_order_relaxed);
+    return s == 2;
+}
+HZ_INLINE bool vg_on(void) {
+    int s = atomic_load_explicit(&vg_state, memory_order_relaxed);
+    return hz_unlikely(s != 1) && (s == 2 || vg_slow());
+}
+#define VG(stmt) \
+    do { \
+        if (vg_on()) { stmt; } \
+    } while (0)
+#define VG_DEFINED(p, n) VG((void)VALGRIND_MAKE_MEM_DEFINED((p), (n)))
+#define VG_NOACCESS(p, n) VG((void)VALGRIND_MAKE_MEM_NOACCESS((p), (n)))
+#define VG_MALLOCLIKE(p, n, z) VG(VALGRIND_MALLOCLIKE_BLOCK((p), (n), 0, (z)))
+#define VG_FREELIKE(p) VG(VALGRIND_FREELIKE_BLOCK((p), 0))
+#define VG_QUIET() VG(VALGRIND_DISABLE_ERROR_REPORTING)
+#define VG_LOUD() VG(VALGRIND_ENABLE_ERROR_REPORTING)
+#else
+#define VG_DEFINED(p, n) ((void)0)
+#define VG_NOACCESS(p, n) ((void)0)
+#define VG_MALLOCLIKE(p, n, z) ((void)0)
+#define VG_FREELIKE(p) ((void)0)
+#define VG_QUIET() ((void)0)
+#define VG_LOUD() ((void)0)
+#endif
+
+/* ----------------------------------------------------------------- reports */
+typedef struct {
+    char buf[320];
+    size_t n;
+} line_t;
+
+static void put_s(line_t *l, const char *s) {
+    while (*s && l->n < sizeof l->buf - 2) l->buf[l->n++] = *s++;
+}
+
+static void put_u(line_t *l, uint64_t v) {
+    char tmp[24];
+    int i = 0;
+    do {
+        tmp[i++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (i > 0 && l->n < sizeof l->buf - 2) l->buf[l->n++] = tmp[--i];
+}
+
+static void put_x(line_t *l, uintptr_t v) {
+    char tmp[20];
+    int i = 0;
+    do {
+        tmp[i++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    put_s(l, "0x");
+    while (i > 0 && l->n < sizeof l->buf - 2) l->buf[l->n++] = tmp[--i];
+}
+
+/* " (size class N B)", or "none" when the pointer is in no block at all. */
+static void put_class(line_t *l, size_t bs) {
+    put_s(l, " (size class ");
+    if (bs == 0) {
+        put_s(l, "none)");
+        return;
+    }
+    put_u(l, bs);
+    put_s(l, " B)");
+}
+
+static void emit(line_t *l) {
+    l->buf[l->n++] = '\n';
+    l->buf[l->n] = '\0';
+    hz_os_write_err(l->buf);
+}
+
+static HZ_COLD __attribute__((noreturn)) void die(line_t *l) {
+    emit(l);
+    abort();
+}
+
+enum { OP_FREE, OP_REALLOC, OP_USABLE };
+static const char *const op_name[] = {"free", "realloc", "malloc_usable_size"};
+
+static HZ_COLD __attribute__((noreturn)) void report_invalid(int op, const void *p, size_t bs,
+                                                             const char *why) {
+    line_t l = {.n = 0};
+    put_s(&l, "hakozuna: ");
+    put_s(&l, op_name[op]);
+    put_s(&l, " of invalid pointer ");
+    put_x(&l, (uintptr_t)p);
+    put_s(&l, ": ");
+    put_s(&l, why);
+    put_class(&l, bs);
+    die(&l);
+}
+
+static HZ_COLD __attribute__((noreturn)) void report_freed(int op, const void *p, size_t bs) {
+    line_t l = {.n = 0};
+    put_s(&l, "hakozuna: ");
+    if (op == OP_FREE) {
+        put_s(&l, "double free of ");
+    } else {
+        put_s(&l, op_name[op]);
+        put_s(&l, " of freed pointer (use after free) ");
+    }
+    put_x(&l, (uintptr_t)p);
+    put_class(&l, bs);
+    die(&l);
+}
+
+static HZ_COLD __attribute__((noreturn)) void report_overrun(const char *user, size_t size,
+                                                             size_t at, size_t bs, int op) {
+    line_t l = {.n = 0};
+    put_s(&l, "hakozuna: buffer overrun past the ");
+    put_u(&l, size);
+    put_s(&l, " B of ");
+    put_x(&l, (uintptr_t)user);
+    put_s(&l, ": byte +");
+    put_u(&l, at);
+    put_s(&l, " changed, found at ");
+    put_s(&l, op_name[op]);
+    put_class(&l, bs);
+    die(&l);
+}
+
+static HZ_COLD __attribute__((noreturn)) void report_uaf(const char *b, size_t at, size_t bs) {
+    line_t l = {.n = 0};
+    put_s(&l, "hakozuna: write to freed memory at ");
+    put_x(&l, (uintptr_t)(b + at));
+    put_s(&l, " (byte +");
+    put_u(&l, at - HEADER);
+    put_s(&l, " of the block freed at ");
+    put_x(&l, (uintptr_t)(b + HEADER));
+    put_s(&l, ")");
+    put_class(&l, bs);
+    die(&l);
+}
+
+/* A sized or aligned free whose size or alignment is not the block's. */
+static HZ_COLD __attribute__((noreturn)) void report_mismatch(bool align, const void *p,
+                                                              size_t given, size_t recorded,
+                                                              size_t bs) {
+    line_t l = {.n = 0};
+    put_s(&l, align ? "hakozuna: aligned free alignment mismatch: "
+                    : "hakozuna: sized free size mismatch: ");
+    put_x(&l, (uintptr_t)p);
+    put_s(&l, align ? " freed with alignment " : " freed with size ");
+    put_u(&l, given);
+    if (align && recorded == 0) {
+        put_s(&l, ", allocated without alignment (malloc)");
+    } else {
+        put_s(&l, align ? ", allocated with alignment " : ", allocated with size ");
+        put_u(&l, recorded);
+    }
+    put_class(&l, bs);
+    die(&l);
+}
+
+/* Warnings about foreign pointers: the first ones only (a library bound to another
+ * allocator may pass many); hz_stats counts them all as foreign_frees. */
+#define FOREIGN_WARNINGS 100
+static _Atomic unsigned foreign_warned;
+
+static HZ_COLD void warn_foreign(int op, const void *p) {
+    unsigned n = atomic_fetch_add_explicit(&foreign_warned, 1, memory_order_relaxed);
+    if (n > FOREIGN_WARNINGS) return;
+    line_t l = {.n = 0};
+    if (n == FOREIGN_WARNINGS) {
+        put_s(&l, "hakozuna: warning: further pointers that are not hakozuna memory are "
+                  "ignored without a warning");
+        emit(&l);
+        return;
+    }
+    put_s(&l, "hakozuna: warning: ");
+    put_s(&l, op_name[op]);
+    put_s(&l, " of ");
+    put_x(&l, (uintptr_t)p);
+    put_s(&l, op == OP_FREE ? ", which is not hakozuna memory: ignored"
+                            : ", which is not hakozuna memory: copied, not freed");
+    emit(&l);
+}
+
+/* ------------------------------------------------------------------ blocks */
+/* Alignment in the header's 32 bits: the value itself, or 2^31 | log2 for the
+ * alignments of 2^32 and above (which are never powers of two in that form). */
+static uint32_t align_encode(size_t a) {
+    if (a <= ((size_t)1 << 31)) return (uint32_t)a;
+    return 0x80000000u | (uint32_t)__builtin_ctzll(a);
+}
+static size_t align_decode(uint32_t v) {
+    if ((v & (v - 1)) == 0) return v;
+    return (size_t)1 << (v & 63);
+}
+
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Offset of the first byte in p[0..n) differing from `byte`, or n. */
+static size_t first_diff(const unsigned char *p, size_t n, unsigned char byte) {
+    size_t i = 0;
+    const uint64_t pat = 0x0101010101010101ULL * byte;
+    for (; i < n && ((uintptr_t)(p + i) & 7) != 0; i++)
+        if (p[i] != byte) return i;
+    for (; i + 64 <= n; i += 64) { /* one branch per 64 bytes */
+        const word_t *w = (const word_t *)(const void *)(p + i);
+        uint64_t acc = 0;
+        for (int k = 0; k < 8; k++) acc |= w[k] ^ pat;
+        if (acc != 0) break;
+    }
+    for (; i + 8 <= n; i += 8)
+        if (*(const word_t *)(const void *)(p + i) != pat) break;
+    for (; i < n; i++)
+        if (p[i] != byte) return i;
+    return n;
+}
+
+/* The freed mark of block b of a small page: b, the block size, and the page's
+ * lifetime, which is its first unit with that unit's epoch (block sizes are below
+ * 2^24, units below 2^8). */
+static uint64_t small_mark(hz_segment_t *seg, const hz_page_t *page, const char *b) {
+    uint32_t epoch = atomic_load_explicit(unit_epoch(seg, page->first_unit), memory_order_relaxed);
+    return FREED_MAGIC ^ (uint64_t)(uintptr_t)b ^
+           ((uint64_t)epoch << 32 | (uint64_t)page->first_unit << 24 | page->block_size);
+}
+_Static_assert(HZ_MEDIUM_MAX < ((size_t)1 << 24) && HZ_UNITS <= 256, "freed mark fields overlap");
+static uint64_t large_mark(const char *b, size_t bs) {
+    return FREED_LARGE_MAGIC ^ (uint64_t)(uintptr_t)b ^ (uint64_t)bs;
+}
+
+/* A live block, as found from its user pointer. */
+typedef struct {
+    char *b;        /* core block */
+    char *user;
+    size_t bs;      /* core block size */
+    size_t size;    /* requested */
+    size_t align;   /* requested alignment, 0 for malloc */
+    uint64_t mark;  /* freed mark it gets when freed */
+    bool large;
+} blk_t;
+
+/* Recently freed large blocks: their mappings are gone or cached, so a second free
+ * finds no header and would read as foreign. */
+#define FREED_LARGE_SLOTS 256
+static _Atomic uintptr_t freed_large_ptr[FREED_LARGE_SLOTS];
+static _Atomic size_t freed_large_bs[FREED_LARGE_SLOTS];
+static _Atomic unsigned freed_large_next;
+
+static void freed_large_note(const void *user, size_t bs) {
+    unsigned i = atomic_fetch_add_explicit(&freed_large_next, 1, memory_order_relaxed);
+    i %= FREED_LARGE_SLOTS;
+    atomic_store_explicit(&freed_large_bs[i], bs, memory_order_relaxed);
+    atomic_store_explicit(&freed_large_ptr[i], (uintptr_t)user, memory_order_release);
+}
+
+static size_t freed_large_find(const void *user) {
+    for (unsigned i = 0; i < FREED_LARGE_SLOTS; i++)
+        if (atomic_load_explicit(&freed_large_ptr[i], memory_order_acquire) == (uintptr_t)user)
+            return atomic_load_explicit(&freed_large_bs[i], memory_order_relaxed);
+    return 0;
+}
+
+/* The large block whose mapping holds p (its header is at the segment boundary at or
+ * below p, at most this many segments down), or NULL. */
+#define LARGE_SCAN_SEGMENTS 1024
+static hz_large_t *large_containing(const void *p) {
+    uintptr_t s = (uintptr_t)p & ~(uintptr_t)HZ_SEGMENT_MASK;
+    for (unsigned i = 0; i < LARGE_SCAN_SEGMENTS; i++, s -= HZ_SEGMENT_SIZE) {
+        unsigned kind = hz_segmap_kind(s);
+        if (kind == HZ_SEG_SMALL) return NULL;
+        if (kind == HZ_SEG_LARGE) {
+            hz_large_t *h = (hz_large_t *)s;
+            if (h->magic == HZ_LARGE_MAGIC && (const char *)p >= h->base &&
+                (const char *)p < h->base + h->map_size)
+                return h;
+            return NULL;
+        }
+        if (s < HZ_SEGMENT_SIZE) break;
+    }
+    return NULL;
+}
+
+/* Read and check the header at user - 16 of a block at core block b of bs bytes.
+ * Fills d and returns true when it is a live block handed out at user. */
+static bool header_ok(char *b, char *user, size_t bs, bool large, blk_t *d) {
+    uint64_t *h = (uint64_t *)(void *)(user - HEADER);
+    VG_DEFINED(h, HEADER);
+    uint64_t w0 = h[0], w1 = h[1];
+    if (w0 != (LIVE_MAGIC ^ (uint64_t)(uintptr_t)user)) return false;
+    size_t align = align_decode((uint32_t)(w1 >> 32));
+    size_t off = align > HEADER ? align : HEADER;
+    if ((size_t)(user - b) != off || bs < off + MIN_CANARY) return false;
+    size_t size = (uint32_t)w1;
+    if (size > bs - off - MIN_CANARY) return false;
+    /* A large block's size may exceed 32 bits: its slack is below 2^32, so the high
+     * bits are those that leave less than 2^32 bytes of canary. */
+    if (large) size += (bs - off - MIN_CANARY - size) & ~(size_t)0xffffffffu;
+    d->b = b;
+    d->user = user;
+    d->bs = bs;
+    d->size = size;
+    d->align = align;
+    d->large = large;
+    return true;
+}
+
+static void header_hide(const blk_t *d) { VG_NOACCESS(d->user - HEADER, HEADER); }
+
+/* Find the live block handed out at p; returns false for a pointer outside
+ * hakozuna's memory, aborts for every other pointer that is not a live block. */
+static bool blk_find(void *p, blk_t *d, int op) {
+    uintptr_t a = (uintptr_t)p;
+    if (hz_segmap_kind(a) == HZ_SEG_SMALL) {
+        hz_segment_t *seg = hz_segment_of(p);
+        hz_page_t *page = hz_page_of(seg, p);
+        if (page == NULL) report_invalid(op, p, 0, "in a free span");
+        size_t bs = page->block_size;
+        char *start = page->start;
+        if ((a & (HZ_ALIGNMENT - 1)) != 0 || (char *)p < start + HEADER)
+            report_invalid(op, p, bs, "not a block hakozuna handed out");
+        size_t idx = (size_t)((char *)p - start) / bs;
+        if (idx >= page->reserved) report_invalid(op, p, bs, "not a block hakozuna handed out");
+        char *b = start + idx * bs;
+        size_t off = (size_t)((char *)p - b);
+        if (off >= HEADER && header_ok(b, p, bs, false, d)) {
+            d->mark = small_mark(seg, page, b);
+            return true;
+        }
+        if (off >= HEADER && (off & (off - 1)) == 0) {
+            VG_DEFINED(b + 8, 8);
+            if (WORD(b + 8) == small_mark(seg, page, b)) report_freed(op, p, bs);
+        }
+        report_invalid(op, p, bs, "not a block hakozuna handed out");
+    }
+    /* Large: the core block starts 16 bytes below p, or `alignment` bytes below. */
+    if ((a & (HZ_ALIGNMENT - 1)) == 0 && a > HEADER) {
+        hz_large_t *h = hz_large_header((char *)p - HEADER);
+        size_t off = HEADER;
+        for (size_t al = (size_t)2 * HZ_ALIGNMENT; h == NULL && al != 0 && al < a && (a & (al - 1)) == 0;
+             al <<= 1) {
+            h = hz_large_header((char *)p - al);
+            off = al;
+        }
+        if (h != NULL) {
+            char *b = (char *)p - off;
+            if (header_ok(b, p, h->usable, true, d)) {
+                d->mark = large_mark(b, h->usable);
+                return true;
+            }
+            report_invalid(op, p, h->usable, "not a block hakozuna handed out");
+        }
+    }
+    hz_large_t *h = large_containing(p);
+    if (h != NULL) report_invalid(op, p, h->usable, "inside a large block");
+    size_t bs = freed_large_find(p);
+    if (bs != 0) report_freed(op, p, bs);
+    return false;
+}
+
+/* ---------------------------------------------------------------- handing out */
+HZ_INLINE void *core_alloc(size_t n) {
+    VG_QUIET();
+    void *b = hz_alloc_fast(n);
+    VG_LOUD();
+    return b;
+}
+
+/* Turn the core block b into a block of `size` bytes handed out with `align`
+ * (0 for malloc).  zero: the caller's bytes must be zero; core_zeroed: the core
+ * block was zeroed (nothing to verify). */
+static void *hand_out(char *b, size_t size, size_t align, bool zero, bool core_zeroed) {
+    size_t off = align > HEADER ? align : HEADER;
+    size_t bs;
+    uint64_t mark;
+    bool check = !core_zeroed;
+    if (hz_segmap_kind((uintptr_t)b) == HZ_SEG_SMALL) {
+        hz_segment_t *seg = hz_segment_of(b);
+        hz_page_t *page = hz_page_of(seg, b);
+        bs = page->block_size;
+        /* The first block of a page with no other block out: a new lifetime of the
+         * page (every lifetime begins so; a page merely emptied only loses the marks
+         * of its free blocks).  Nothing of this lifetime can have been freed yet.  The
+         * page's owner is the only writer of the epoch. */
+        if (b == page->start && page->used == 1) {
+            _Atomic uint32_t *e = unit_epoch(seg, page->first_unit);
+            atomic_store_explicit(e, atomic_load_explicit(e, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+            check = false;
+        }
+        mark = small_mark(seg, page, b);
+    } else {
+        bs = hz_large_header(b)->usable;
+        mark = large_mark(b, bs);
+    }
+    size_t checked = min_sz(bs - HEADER, CHECK_CAP);
+    VG_DEFINED(b, HEADER + checked);
+    /* Freed through this layer in this lifetime of its page: the poison must be intact. */
+    if (check && WORD(b + 8) == mark) {
+        size_t at = first_diff((unsigned char *)b + HEADER, checked, POISON_BYTE);
+        if (at != checked) report_uaf(b, HEADER + at, bs);
+    }
+    char *user = b + off;
+    WORD(b + 8) = 0; /* no freed mark while live (aligned layouts keep b + 8 as padding) */
+    uint64_t *h = (uint64_t *)(void *)(user - HEADER);
+    VG_DEFINED(h, HEADER);
+    h[0] = LIVE_MAGIC ^ (uint64_t)(uintptr_t)user;
+    h[1] = (uint64_t)(uint32_t)size | (uint64_t)align_encode(align) << 32;
+    size_t canary = min_sz(bs - off - size, CHECK_CAP);
+    VG_DEFINED(user + size, canary);
+    memset(user + size, CANARY_BYTE, canary);
+    VG_NOACCESS(b, off);
+    VG_NOACCESS(user + size, bs - off - size);
+    VG_MALLOCLIKE(user, size, zero);
+    if (zero && !core_zeroed) memset(user, 0, size);
+    return user;
+}
+
+/* The caller's bytes end where the canary starts: check it. */
+static void canary_check(const blk_t *d, int op) {
+    size_t canary = min_sz(d->bs - (size_t)(d->user - d->b) - d->size, CHECK_CAP);
+    VG_DEFINED(d->user + d->size, canary);
+    size_t at = first_diff((unsigned char *)d->user + d->size, canary, CANARY_BYTE);
+    if (at != canary) report_overrun(d->user, d->size, d->size + at, d->bs, op);
+}
+
+/* Check the canary, poison the block, mark it freed and give it back to the core. */
+static void give_back(const blk_t *d, int op) {
+    char *b = d->b;
+    canary_check(d, op);
+    size_t checked = min_sz(d->bs - HEADER, CHECK_CAP);
+    VG_DEFINED(b, HEADER + checked);
+    memset(b + HEADER, POISON_BYTE, checked);
+    WORD(b + 8) = d->mark;
+    VG_FREELIKE(d->user);
+    VG_NOACCESS(b + 8, d->bs - 8);
+    if (d->large) freed_large_note(d->user, d->bs);
+    VG_QUIET();
+    hz_free_fast(b);
+    VG_LOUD();
+}
+
+/* ---------------------------------------------------------------- entries */
+void *hz_debug_malloc(size_t size) {
+    if (hz_unlikely(size > SIZE_MAX - OVERHEAD)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    char *b = core_alloc(size + OVERHEAD);
+    if (hz_unlikely(b == NULL)) return NULL;
+    return hand_out(b, size, 0, false, false);
+}
+
+void *hz_debug_calloc(size_t count, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total) || total > SIZE_MAX - OVERHEAD) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (total + OVERHEAD <= HZ_MEDIUM_MAX) {
+        char *b = core_alloc(total + OVERHEAD);
+        return b != NULL ? hand_out(b, total, 0, true, false) : NULL;
+    }
+    /* Large: the core knows when a fresh mapping is zero already. */
+    VG_QUIET();
+    char *b = hz_calloc_impl(1, total + OVERHEAD);
+    VG_LOUD();
+    return b != NULL ? hand_out(b, total, 0, true, true) : NULL;
+}
+
+void *hz_debug_aligned(size_t alignment, size_t size) {
+    if (alignment <= HEADER) {
+        if (hz_unlikely(size > SIZE_MAX - OVERHEAD)) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        char *b = core_alloc(size + OVERHEAD);
+        return b != NULL ? hand_out(b, size, alignment, false, false) : NULL;
+    }
+    if (hz_unlikely(size > SIZE_MAX - MIN_CANARY - alignment)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    VG_QUIET();
+    char *b = hz_aligned_impl(alignment, size + alignment + MIN_CANARY);
+    VG_LOUD();
+    return b != NULL ? hand_out(b, size, alignment, false, false) : NULL;
+}
+
+void hz_debug_free(void *p, size_t size, size_t alignment) {
+    if (p == NULL) return;
+    blk_t d;
+    if (hz_unlikely(!blk_find(p, &d, OP_FREE))) {
+        warn_foreign(OP_FREE, p);
+        hz_free_other(p); /* counts it */
+        return;
+    }
+    if (size != HZ_SIZE_UNKNOWN && size != d.size)
+        report_mismatch(false, p, size, d.size, d.bs);
+    if (alignment != 0 && alignment != d.align)
+        report_mismatch(true, p, alignment, d.align, d.bs);
+    give_back(&d, OP_FREE);
+}
+
+/* Usable size of a block glibc handed out (a library bound to it with RTLD_DEEPBIND),
+ * from its chunk header; 0 when it does not look like one. */
+static size_t foreign_usable(const void *p) {
+    size_t field = ((const size_t *)p)[-1];
+    size_t chunk = field & ~(size_t)7;
+    if (chunk < 32 || (chunk & 15) != 0 || chunk > ((size_t)1 << 40)) return 0;
+    return chunk - ((field & 2) ? 16 : 8);
+}
+
+/* Always moves, so that every stale pointer to the old block is caught. */
+void *hz_debug_realloc(void *p, size_t size) {
+    if (p == NULL) return hz_debug_malloc(size);
+    blk_t d;
+    if (hz_unlikely(!blk_find(p, &d, OP_REALLOC))) {
+        warn_foreign(OP_REALLOC, p);
+        if (size == 0) { /* as free */
+            hz_free_other(p);
+            return NULL;
+        }
+        hz_gstat_add(foreign_frees, 1);
+        size_t usable = foreign_usable(p);
+        if (usable == 0) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        void *q = hz_debug_malloc(size);
+        if (q != NULL) memcpy(q, p, min_sz(usable, size));
+        return q; /* the foreign block is left to its owner */
+    }
+    if (size == 0) { /* as glibc: free and return NULL */
+        give_back(&d, OP_REALLOC);
+        return NULL;
+    }
+    canary_check(&d, OP_REALLOC);
+    void *q = hz_debug_malloc(size);
+    if (q == NULL) {
+        VG_NOACCESS(d.user + d.size, d.bs - (size_t)(d.user - d.b) - d.size);
+        header_hide(&d);
+        return NULL;
+    }
+    memcpy(q, p, min_sz(d.size, size));
+    give_back(&d, OP_REALLOC);
+    return q;
+}
+
+size_t hz_debug_usable_size(const void *p) {
+    if (p == NULL) return 0;
+    blk_t d;
+    if (!blk_find((void *)p, &d, OP_USABLE)) return 0; /* not ours: as the core */
+    header_hide(&d);
+    return d.size;
+}
+
+#else
+typedef int hz_debug_not_built; /* the checked variant only */
+#endif /* HZ_DEBUG */
