@@ -15,7 +15,7 @@ cd "$top"
 jobs=$(nproc 2>/dev/null || echo 2)
 
 build_deps="build-essential autoconf automake libtool pkg-config python3"
-test_deps="$build_deps g++ git sqlite3 valgrind procps cppcheck clang-tidy"
+test_deps="$build_deps g++ git sqlite3 valgrind procps cppcheck clang-tidy debhelper lintian rpm man-db fakeroot mandoc"
 
 install() {
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -68,4 +68,6 @@ echo "== static analysis (cppcheck, clang-tidy)"
 make lint
 echo "== make distcheck"
 make -j"$jobs" distcheck >/dev/null
+echo "== packages: build, lintian, install, use, purge (.deb); build and list (RPM)"
+make check-packages
 echo "== all tests passed"
