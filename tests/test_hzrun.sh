@@ -13,19 +13,7 @@
 
 set -u
 
-passed=0
-failed=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; }
-check() { # DESCRIPTION COMMAND...
-    d=$1
-    shift
-    if "$@"; then pass "$d"; else fail "$d"; fi
-}
-expect_rc() { # DESCRIPTION EXPECTED ACTUAL
-    if [ "$3" -eq "$2" ]; then pass "$1 (exit $3)"; else fail "$1: exit $3, expected $2"; fi
-}
+. "$(dirname "$0")/testlib.sh"
 
 if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
     echo "SKIP: /dev/shm is not available"
@@ -265,5 +253,4 @@ fi
 run --system status --root "$tmp/no-such-root"
 expect_rc "--system with a missing root directory" 4 $rc
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -12,19 +12,7 @@
 
 set -u
 
-passed=0
-failed=0
-pass() { echo "PASS: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; }
-check() { # DESCRIPTION COMMAND... : pass if COMMAND succeeds
-    d=$1
-    shift
-    if "$@"; then pass "$d"; else fail "$d"; fi
-}
-expect_rc() { # DESCRIPTION EXPECTED ACTUAL
-    if [ "$3" -eq "$2" ]; then pass "$1 (exit $3)"; else fail "$1: exit $3, expected $2"; fi
-}
+. "$(dirname "$0")/testlib.sh"
 
 if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
     echo "SKIP: /dev/shm is not available"
@@ -314,5 +302,4 @@ else
     fail "stats_prog (to be killed) did not start"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -49,13 +49,17 @@ enum {
 
 static const char *prog = "hzstat";
 
+static void vmsg(const char *fmt, va_list ap) {
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 static void msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void msg(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vmsg(fmt, ap);
     va_end(ap);
 }
 
@@ -93,9 +97,7 @@ static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 static int usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vmsg(fmt, ap);
     va_end(ap);
     fprintf(stderr,
             "Usage: %s [-j] [-c] [-i SEC [-n N]] [PID] | --gc | --version | --help\n"
