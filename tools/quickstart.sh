@@ -38,12 +38,14 @@ build() {
 if [ "$mode" = demo ]; then
     install $build_deps
     build
-    lib="$top/build/.libs/libhakozuna.so"
+    # hzrun from the build tree: HZRUN_LIBDIR points it at the freshly built libraries.
+    hzrun() { HZRUN_LIBDIR="$top/build/.libs" "$top/build/tools/hzrun" "$@"; }
+    hzrun --check -- python3 -c 'pass'
     echo "== python3 bench/python_alloc.py, 3 runs each (median)"
     for who in glibc hakozuna; do
         for i in 1 2 3; do
             if [ $who = glibc ]; then python3 bench/python_alloc.py
-            else LD_PRELOAD="$lib" python3 bench/python_alloc.py; fi
+            else hzrun -- python3 bench/python_alloc.py; fi
         done | sort -t= -k3 -n | sed -n 2p | sed "s/^/$who: /"
     done | tee build/demo.txt
     awk -F'[ =]' '{t[$1]=$5; r[$1]=$7}
