@@ -50,28 +50,38 @@ static size_t segment_purge(hz_segment_t *seg, uint64_t which) {
 /* Purging runs in epochs of HZ_PURGE_DELAY_MS: at each epoch, units that were
  * already free and unpurged at the previous epoch (the candidates) go back to the
  * OS, so memory idle for one to two epochs is returned and memory reused sooner is
- * never purged.  Everything goes at once when forced, or when freed memory exceeds
- * both HZ_DIRTY_BUDGET and what the heap has in use. */
-void hz_heap_purge(hz_heap_t *heap, bool force) {
+ * never purged.  When freed memory exceeds both HZ_DIRTY_BUDGET and what the heap has
+ * in use, the candidates go at once and then more, down to half the budget: a burst
+ * of frees is returned without throwing away the pages about to be reused.  `all`
+ * (trim, thread exit) purges everything. */
+void hz_heap_purge(hz_heap_t *heap, bool all) {
     if (heap->dirty_bytes == 0) return;
-    force |= heap->dirty_bytes > HZ_DIRTY_BUDGET && heap->dirty_bytes > heap->used_bytes;
-    uint64_t now = 0;
-    if (!force && (now = hz_os_now_ms()) < heap->purge_at_ms) return;
-    bool pending = false;
+    bool over = heap->dirty_bytes > HZ_DIRTY_BUDGET && heap->dirty_bytes > heap->used_bytes;
+    uint64_t now = hz_os_now_ms();
+    bool epoch = all || now >= heap->purge_at_ms;
+    if (!epoch && !over) return;
     hz_segment_t *s, *s_next;
+    for (s = heap->segments; s != NULL; s = s->next) {
+        size_t n = segment_purge(s, all ? ~0ULL : s->purge_candidates);
+        heap->dirty_bytes -= n < heap->dirty_bytes ? n : heap->dirty_bytes;
+    }
+    for (s = heap->segments; over && !all && s != NULL && heap->dirty_bytes > HZ_DIRTY_BUDGET / 2;
+         s = s->next) {
+        size_t n = segment_purge(s, ~0ULL);
+        heap->dirty_bytes -= n < heap->dirty_bytes ? n : heap->dirty_bytes;
+    }
+    bool pending = false;
     for (s = heap->segments; s != NULL; s = s_next) {
         s_next = s->next;
-        size_t n = segment_purge(s, force ? ~0ULL : s->purge_candidates);
-        heap->dirty_bytes -= n < heap->dirty_bytes ? n : heap->dirty_bytes;
-        s->purge_candidates = s->dirty_units & s->free_units;
-        pending |= s->purge_candidates != 0;
+        uint64_t dirty_free = s->dirty_units & s->free_units;
+        if (epoch) s->purge_candidates = dirty_free;
+        pending |= dirty_free != 0;
         /* Empty and purged: give the whole segment back (a heap keeps its last). */
-        if (s->free_units == ~0ULL && s->purge_candidates == 0 &&
-            (s->next != NULL || s->prev != NULL))
+        if (s->free_units == ~0ULL && dirty_free == 0 && (s->next != NULL || s->prev != NULL))
             segment_release(heap, s);
     }
     if (!pending) heap->dirty_bytes = 0;
-    heap->purge_at_ms = pending ? (now ? now : hz_os_now_ms()) + HZ_PURGE_DELAY_MS : 0;
+    if (epoch) heap->purge_at_ms = pending ? now + HZ_PURGE_DELAY_MS : 0;
 }
 
 /* Length of the longest run of set bits. */
