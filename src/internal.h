@@ -177,7 +177,14 @@ int hz_trim_impl(void) HZ_HIDDEN;
 
 /* ------------------------------------------------- shared-memory export (shm.c) */
 void hz_shm_start(void) HZ_HIDDEN;
-void hz_shm_tick(void) HZ_HIDDEN; /* slow paths only; never under heaps_lock */
 void hz_shm_stop(void) HZ_HIDDEN;
+void hz_shm_tick_publish(void) HZ_HIDDEN;
+extern _Atomic int hz_shm_on HZ_HIDDEN;
+/* From slow paths (never under heaps_lock): publish if due.  Inline, so that with
+ * stats off it is one load and a branch. */
+HZ_INLINE void hz_shm_tick(void) {
+    if (hz_unlikely(atomic_load_explicit(&hz_shm_on, memory_order_relaxed) != 0))
+        hz_shm_tick_publish();
+}
 
 #endif /* HZ_INTERNAL_H */

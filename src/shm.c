@@ -46,7 +46,7 @@ _Static_assert(HZ_CLASSES <= HZ_SHM_MAX_CLASSES, "size classes do not fit the se
  * ThreadSanitizer could not follow). */
 #define STORE(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELEASE)
 
-static _Atomic int shm_on;       /* 1: publishing (or about to, after a fork) */
+_Atomic int hz_shm_on;           /* 1: publishing (or about to, after a fork) */
 static _Atomic int shm_started;  /* hz_shm_start ran */
 static _Atomic int publish_busy; /* try-lock: one publisher at a time */
 static _Atomic uint64_t next_publish_ms;
@@ -275,20 +275,20 @@ void hz_shm_start(void) {
     pthread_atfork(NULL, NULL, shm_atfork_child);
     atomic_store_explicit(&next_publish_ms, hz_os_now_ms() + HZ_SHM_PUBLISH_MS,
                           memory_order_relaxed);
-    atomic_store_explicit(&shm_on, 1, memory_order_release);
+    atomic_store_explicit(&hz_shm_on, 1, memory_order_release);
 }
 
 static HZ_NOINLINE void tick_slow(void) {
     uint64_t now = hz_os_now_ms();
     if (now < atomic_load_explicit(&next_publish_ms, memory_order_relaxed)) return;
     if (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) return;
-    if (atomic_load_explicit(&shm_on, memory_order_relaxed) &&
+    if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) &&
         now >= atomic_load_explicit(&next_publish_ms, memory_order_relaxed)) {
         atomic_store_explicit(&next_publish_ms, now + HZ_SHM_PUBLISH_MS, memory_order_relaxed);
         if (shm == NULL) {
             /* A child of fork (the atfork handler dropped the parent's segment): a
              * segment of its own. */
-            if (!shm_create()) atomic_store_explicit(&shm_on, 0, memory_order_relaxed);
+            if (!shm_create()) atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);
         } else if (getpid() == shm_pid) {
             publish(shm, false);
         }
@@ -300,20 +300,17 @@ static HZ_NOINLINE void tick_slow(void) {
 }
 
 /* From the allocator's slow paths: one load when stats are off. */
-void hz_shm_tick(void) {
-    if (hz_likely(atomic_load_explicit(&shm_on, memory_order_relaxed) == 0)) return;
-    tick_slow();
-}
+void hz_shm_tick_publish(void) { tick_slow(); }
 
 void hz_shm_stop(void) {
-    if (atomic_load_explicit(&shm_on, memory_order_acquire) == 0) return;
+    if (atomic_load_explicit(&hz_shm_on, memory_order_acquire) == 0) return;
     while (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) hz_os_yield();
-    if (atomic_load_explicit(&shm_on, memory_order_relaxed) && shm != NULL &&
+    if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) && shm != NULL &&
         getpid() == shm_pid) {
         publish(shm, true);
         unlink(shm_path);
     }
     /* The mapping stays: a thread still running past exit may look at shm_on only. */
-    atomic_store_explicit(&shm_on, 0, memory_order_relaxed);
+    atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);
     atomic_store_explicit(&publish_busy, 0, memory_order_release);
 }
