@@ -27,20 +27,9 @@ if [ ! -x "$BUILDDIR/bench/bench_random_mixed_malloc_args" ] ||
     exit 77
 fi
 
-passed=0
-failed=0
+. "$(dirname "$0")/testlib.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_hzbench.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
-
-pass() {
-    passed=$((passed + 1))
-    echo "PASS: $*"
-}
-
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $*"
-}
 
 # expect_usage_error DESCRIPTION ARGS... : exit status 2 and an error message.
 expect_usage_error() {
@@ -198,5 +187,4 @@ else
     fail "checksum mismatch: exit status $rc, expected 1 with CHECKSUM MISMATCH in output and summary"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
