@@ -73,8 +73,11 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
     hz_stat_inc(heap->stats.frees[page->cls]);
     hz_stat_inc(heap->stats.remote_sent);
 #if HZ_STASH_BLOCKS
+    /* Blocks smaller than a cache line go home: handing them out here would put this
+     * thread's data on lines the owner's other blocks share (passive false sharing). */
     hz_page_t *st = &heap->stash[page->cls];
-    if (st->capacity - st->used < HZ_STASH_BLOCKS && page->block_size <= 8 * HZ_DIRECT_MAX) {
+    if (st->capacity - st->used < HZ_STASH_BLOCKS && page->block_size >= 64 &&
+        page->block_size <= 8 * HZ_DIRECT_MAX) {
         *(void **)p = st->free;
         st->free = p;
         st->capacity++;
