@@ -78,6 +78,24 @@ static size_t foreign_usable(const void *p) {
     return chunk - ((field & 2) ? 16 : 8);
 }
 
+/* realloc of a pointer that is not ours: counted, copied into a block from `alloc`
+ * as far as glibc's header says it reaches, and left to its owner.  NULL with
+ * ENOMEM when its size cannot be read. */
+void *hz_realloc_foreign(void *p, size_t size, void *(*alloc)(size_t)) {
+    hz_gstat_add(foreign_frees, 1);
+    size_t usable = foreign_usable(p);
+    if (usable == 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *q = alloc(size);
+    if (q != NULL) memcpy(q, p, usable < size ? usable : size);
+    return q;
+}
+
+/* hz_alloc_fast as a function, for callers that take an allocator. */
+static void *core_malloc(size_t size) { return hz_alloc_fast(size); }
+
 size_t hz_usable_size_impl(const void *p) {
     unsigned kind = hz_segmap_kind((uintptr_t)p);
     if (kind == HZ_SEG_SMALL) return hz_page_of(hz_segment_of(p), p)->block_size;
@@ -113,15 +131,7 @@ void *hz_realloc_impl(void *p, size_t size) {
         void *r = hz_large_realloc(h, size);
         return r != NULL ? r : move_block(p, usable, size);
     }
-    hz_gstat_add(foreign_frees, 1);
-    size_t usable = foreign_usable(p);
-    if (usable == 0) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    void *q = hz_alloc_fast(size);
-    if (q != NULL) memcpy(q, p, usable < size ? usable : size);
-    return q; /* the foreign block is left to its owner */
+    return hz_realloc_foreign(p, size, core_malloc);
 }
 
 /* alignment: a power of two. */

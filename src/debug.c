@@ -586,15 +586,6 @@ void hz_debug_free(void *p, size_t size, size_t alignment) {
     give_back(&d, OP_FREE);
 }
 
-/* Usable size of a block glibc handed out (a library bound to it with RTLD_DEEPBIND),
- * from its chunk header; 0 when it does not look like one. */
-static size_t foreign_usable(const void *p) {
-    size_t field = ((const size_t *)p)[-1];
-    size_t chunk = field & ~(size_t)7;
-    if (chunk < 32 || (chunk & 15) != 0 || chunk > ((size_t)1 << 40)) return 0;
-    return chunk - ((field & 2) ? 16 : 8);
-}
-
 /* Always moves, so that every stale pointer to the old block is caught. */
 void *hz_debug_realloc(void *p, size_t size) {
     if (p == NULL) return hz_debug_malloc(size);
@@ -605,15 +596,7 @@ void *hz_debug_realloc(void *p, size_t size) {
             hz_free_other(p);
             return NULL;
         }
-        hz_gstat_add(foreign_frees, 1);
-        size_t usable = foreign_usable(p);
-        if (usable == 0) {
-            errno = ENOMEM;
-            return NULL;
-        }
-        void *q = hz_debug_malloc(size);
-        if (q != NULL) memcpy(q, p, min_sz(usable, size));
-        return q; /* the foreign block is left to its owner */
+        return hz_realloc_foreign(p, size, hz_debug_malloc);
     }
     if (size == 0) { /* as glibc: free and return NULL */
         give_back(&d, OP_REALLOC);

@@ -171,6 +171,7 @@ void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void hz_free_other(void *p) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;
+void *hz_realloc_foreign(void *p, size_t size, void *(*alloc)(size_t)) HZ_HIDDEN;
 size_t hz_usable_size_impl(const void *p) HZ_HIDDEN;
 void *hz_aligned_impl(size_t alignment, size_t size) HZ_HIDDEN;
 int hz_trim_impl(void) HZ_HIDDEN;
