@@ -133,7 +133,6 @@ typedef struct hz_page {
     uint8_t units;       /* span length in units */
     uint8_t first_unit;
     uint8_t in_queue;
-    uint8_t pad_[2];
     char *start;         /* first block */
     struct hz_page *next, *prev; /* class queue */
 } hz_page_t;
