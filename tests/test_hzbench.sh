@@ -7,7 +7,12 @@
 #     JSON), summary.md (a table with both allocators and a ratio column) and,
 #     when gnuplot is installed, chart.png;
 #   - a program whose checksum changes from run to run is reported as a
-#     checksum mismatch with exit status 1.
+#     checksum mismatch with exit status 1;
+#   - a library given with --peer NAME=PATH (a copy of libhakozuna.so) is
+#     preloaded, listed with its path and version, and counted as a peer in
+#     the ratios, while the same library given as an --allocators NAME=PATH
+#     item is compared but not counted; every run gets
+#     GLIBC_TUNABLES=glibc.pthread.rseq=0 added to the caller's tunables.
 # The build directory is $HZ_BUILDDIR (default: the current directory).  Prints
 # "N passed, M failed"; exits 1 on any failure, 77 when it cannot run.
 
@@ -185,6 +190,86 @@ if [ "$rc" -eq 1 ] && grep -q 'CHECKSUM MISMATCH' "$tmp/run2.out" &&
     pass "a checksum mismatch is reported with exit status 1"
 else
     fail "checksum mismatch: exit status $rc, expected 1 with CHECKSUM MISMATCH in output and summary"
+fi
+
+# ------------------------------------------------------------------ --peer
+cp "$BUILDDIR/.libs/libhakozuna.so" "$tmp/libpeercopy.so"
+expect_usage_error "--peer with a Debian peer's name" --builddir "$BUILDDIR" --list \
+    --peer "jemalloc=$tmp/libpeercopy.so"
+expect_usage_error "--peer with a hakozuna variant's name" --builddir "$BUILDDIR" --list \
+    --peer "hakozuna=$tmp/libpeercopy.so"
+expect_usage_error "--peer without NAME=" --builddir "$BUILDDIR" --peer "$tmp/libpeercopy.so" \
+    --out "$tmp/nopath"
+expect_usage_error "--peer with a missing library" --builddir "$BUILDDIR" \
+    --peer "x=$tmp/no-such-lib.so" --out "$tmp/missing"
+expect_usage_error "a --peer name used twice" --builddir "$BUILDDIR" --out "$tmp/twice" \
+    --allocators "glibc,pc=$tmp/libpeercopy.so" --peer "pc=$tmp/libpeercopy.so"
+
+# A "benchmark" that is twice as fast when the copy is preloaded into it, and
+# prints the tunables it was given, next to a real cell.
+cat >"$tmp/peer_bench" <<'EOF'
+#!/bin/sh
+case "${LD_PRELOAD:-}" in
+*libpeercopy.so) ops=2000.0 ;;
+*) ops=1000.0 ;;
+esac
+echo "[peer_bench] ops/s=$ops checksum=0x1 tunables=${GLIBC_TUNABLES:-}"
+EOF
+chmod +x "$tmp/peer_bench"
+printf 'fast_when_preloaded %s\nst_tiny bench_random_mixed_malloc_args 20000 64 16 1024\n' \
+    "$tmp/peer_bench" >"$tmp/matrix3"
+rc=0
+GLIBC_TUNABLES=glibc.malloc.tcache_count=7 python3 "$HZBENCH" --builddir "$BUILDDIR" \
+    --matrix "$tmp/matrix3" --runs 1 --peer "peercopy=$tmp/libpeercopy.so" \
+    --allocators hakozuna,glibc --out "$tmp/out3" --no-chart >"$tmp/run3.out" 2>&1 || rc=$?
+expect_rc "hzbench with --peer" 0 "$rc"
+rc=0
+python3 "$HZBENCH" --builddir "$BUILDDIR" --matrix "$tmp/matrix3" --runs 1 \
+    --allocators "glibc,other=$tmp/libpeercopy.so" --out "$tmp/out4" --no-chart \
+    >"$tmp/run4.out" 2>&1 || rc=$?
+expect_rc "hzbench with an --allocators NAME=PATH item" 0 "$rc"
+if python3 - "$tmp/out3/results.json" "$tmp/out4/results.json" "$tmp/libpeercopy.so" <<'EOF'
+import json, sys
+peer, other = (json.load(open(f)) for f in sys.argv[1:3])
+lib = sys.argv[3]
+assert [a["kind"] for a in peer["allocators"]] == ["hakozuna", "peer", "peer"], "kinds"
+assert [a["kind"] for a in other["allocators"]] == ["peer", "custom"], "kinds without"
+assert peer["header"]["libs"]["peercopy"]["path"] == lib, "path"
+assert peer["header"]["libs"]["peercopy"]["version"], "version"
+assert peer["header"]["libs"]["glibc"]["version"].startswith("glibc "), "glibc version"
+assert peer["header"]["libs"]["hakozuna"]["version"].startswith("hakozuna "), "our version"
+fake = peer["cells"][0]
+assert fake["best_peer"] == "peercopy", fake["best_peer"]
+assert abs(fake["stats"]["glibc"]["ratio_to_best_peer"] - 0.5) < 1e-9, "glibc at 0.5"
+real = peer["cells"][1]
+assert real["best_peer"] in ("glibc", "peercopy") and real["failed_runs"] == 0, "real cell"
+assert real["stats"]["peercopy"]["ratio_to_best_peer"] <= 1.0, "peercopy's ratio"
+assert all(r["ops_per_s"] > 0 for r in real["runs"]), "real runs"
+fake = other["cells"][0]
+assert fake["best_peer"] == "glibc", "a NAME=PATH item of --allocators is not a peer"
+assert abs(fake["stats"]["other"]["ratio_to_best_peer"] - 2.0) < 1e-9, "other at 2.0"
+for r in peer["cells"][0]["runs"]:
+    assert "tunables=glibc.malloc.tcache_count=7:glibc.pthread.rseq=0" in r["stdout"], r["stdout"]
+for r in other["cells"][0]["runs"]:
+    assert "tunables=glibc.pthread.rseq=0" in r["stdout"], r["stdout"]
+assert peer["header"]["env"]["GLIBC_TUNABLES"] == \
+    "glibc.malloc.tcache_count=7:glibc.pthread.rseq=0", "tunables in the header"
+EOF
+then
+    pass "--peer libraries count as peers, NAME=PATH items do not; rseq tunable in every run"
+else
+    fail "--peer: results.json lacks the expected peers, ratios or tunables"
+fi
+S="$tmp/out3/summary.md"
+if grep -Fq "| peercopy | peer | \`$tmp/libpeercopy.so\` |" "$S" &&
+    grep -q '(peers: glibc, peercopy)' "$S" &&
+    grep -Eq '^\| peercopy \(best peer\) \| 0\.00 \| .* \| 1\.00 \|' "$S" &&
+    grep -Eq '^\| glibc \| 0\.00 \| .* \| 0\.50 \|' "$S" &&
+    grep -q 'GLIBC_TUNABLES=glibc.malloc.tcache_count=7:glibc.pthread.rseq=0' "$S" &&
+    head -n 1 "$tmp/out3/st_tiny.log" | grep -Fq " lib.peercopy=$tmp/libpeercopy.so version.peercopy="; then
+    pass "summary.md and the log header list the --peer library as a peer with path and version"
+else
+    fail "summary.md or the log header lacks the --peer library, its ratios or the tunables"
 fi
 
 finish
