@@ -12,7 +12,10 @@
 #     preloaded, listed with its path and version, and counted as a peer in
 #     the ratios, while the same library given as an --allocators NAME=PATH
 #     item is compared but not counted; every run gets
-#     GLIBC_TUNABLES=glibc.pthread.rseq=0 added to the caller's tunables.
+#     GLIBC_TUNABLES=glibc.pthread.rseq=0 added to the caller's tunables;
+#   - tools/check_instructions.py records the callgrind figures of the
+#     single-threaded cells (--update) and fails on a cell that grew more than
+#     3 % over its recorded figure.
 # The build directory is $HZ_BUILDDIR (default: the current directory).  Prints
 # "N passed, M failed"; exits 1 on any failure, 77 when it cannot run.
 
@@ -270,6 +273,40 @@ if grep -Fq "| peercopy | peer | \`$tmp/libpeercopy.so\` |" "$S" &&
     pass "summary.md and the log header list the --peer library as a peer with path and version"
 else
     fail "summary.md or the log header lacks the --peer library, its ratios or the tunables"
+fi
+
+# ------------------------------------------------- check_instructions.py
+# It measures libhakozuna.so whatever the variant preloaded, so once is enough.
+if [ "${HZ_TEST_VARIANT:-hakozuna}" != hakozuna ]; then
+    skip "check_instructions.py (run under libhakozuna.so only)"
+elif ! command -v valgrind >/dev/null 2>&1; then
+    skip "check_instructions.py (valgrind not installed)"
+else
+    CHECK="$HERE/../tools/check_instructions.py"
+    ref="$tmp/instructions.ref"
+    printf 'iters 20000\n' >"$ref"
+    rc=0
+    python3 "$CHECK" --builddir "$BUILDDIR" --update "$ref" >"$tmp/update.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 0 ] && [ "$(grep -c '^st_[a-z0-9_]* *[0-9][0-9.]*$' "$ref")" -eq 4 ] &&
+        grep -q '^iters 20000$' "$ref"; then
+        pass "check_instructions.py --update records the 4 single-threaded cells"
+    else
+        fail "check_instructions.py --update: exit $rc, reference:"
+        sed 's/^/    /' "$ref" "$tmp/update.out" | head -20
+    fi
+    # The same code against a reference 10 % below its count on one cell.
+    awk '$1 == "st_args_16_2048" { printf "%s %.1f\n", $1, $2 * 0.9; next } { print }' \
+        "$ref" >"$tmp/lower.ref"
+    rc=0
+    python3 "$CHECK" --builddir "$BUILDDIR" "$tmp/lower.ref" >"$tmp/check.out" 2>&1 || rc=$?
+    if [ "$rc" -eq 1 ] &&
+        grep -Eq '^st_args_16_2048 +[0-9.]+ +[0-9.]+ +1\.1[0-9]{2}  GREW MORE THAN 3 %' "$tmp/check.out" &&
+        [ "$(grep -Ec '^st_[a-z0-9_]+ +[0-9.]+ +[0-9.]+ +(0\.9[7-9]|1\.0[0-3])[0-9]*$' "$tmp/check.out")" -eq 3 ]; then
+        pass "check_instructions.py fails on the cell that grew, prints old/new/ratio per cell"
+    else
+        fail "check_instructions.py against a lowered reference: exit $rc (expected 1):"
+        sed 's/^/    /' "$tmp/check.out" | head -10
+    fi
 fi
 
 finish

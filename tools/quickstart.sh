@@ -64,6 +64,8 @@ if ! make -j"$jobs" check; then
     done
     exit 1
 fi
+echo "== instructions per malloc+free pair against bench/instructions.ref (callgrind)"
+make check-instructions
 echo "== sanitizer builds (ThreadSanitizer, UBSan)"
 make check-sanitizers
 echo "== static analysis (cppcheck, clang-tidy)"
