@@ -1,5 +1,7 @@
 /* posix.c - the rules of the POSIX and GNU allocation functions (alignment checks,
- * overflow, errno), kept apart from the fast paths they call. */
+ * overflow, errno), kept apart from the fast paths they call.  Every edge case
+ * answers as glibc 2.36 does (tests/test_glibc_edges.c holds the table), since
+ * programs written against glibc read its results and errno. */
 #include <errno.h>
 
 #include "entry.h"
@@ -7,47 +9,52 @@
 
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
+/* memalign's rules, which aligned_alloc, valloc and posix_memalign share in glibc:
+ * above SIZE_MAX / 2 + 1 no power of two is left, so EINVAL; any other alignment is
+ * rounded up to a power of two (16 at least).  A request that cannot fit in the
+ * address space together with its alignment is ENOMEM. */
+void *hz_memalign_impl(size_t alignment, size_t size) {
+    if (alignment > SIZE_MAX / 2 + 1) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (!is_pow2(alignment))
+        alignment = alignment < HZ_ALIGNMENT ? HZ_ALIGNMENT
+                                             : (size_t)1 << (sizeof(size_t) * 8 - (size_t)__builtin_clzl(alignment));
+    if (alignment > PTRDIFF_MAX || size > PTRDIFF_MAX - alignment) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return hz_entry_aligned(alignment, size);
+}
+
+/* Failures are reported through the result, and errno is ENOMEM after one that ran
+ * out of memory (glibc's is; EINVAL leaves errno alone). */
 int hz_posix_memalign_impl(void **out, size_t alignment, size_t size) {
-    if (!is_pow2(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
-    int saved = errno;
-    void *p = hz_entry_aligned(alignment, size);
-    errno = saved; /* posix_memalign reports through its result only */
-    if (p == NULL) return ENOMEM;
+    if (alignment % sizeof(void *) != 0 || !is_pow2(alignment)) return EINVAL;
+    void *p = hz_memalign_impl(alignment, size);
+    if (p == NULL) {
+        errno = ENOMEM;
+        return ENOMEM;
+    }
     *out = p;
     return 0;
 }
 
+/* glibc 2.36's aligned_alloc is memalign: a non-power-of-two alignment is rounded up. */
 void *hz_aligned_alloc_impl(size_t alignment, size_t size) {
-    if (!is_pow2(alignment)) {
-        errno = EINVAL;
-        return NULL;
-    }
-    return hz_entry_aligned(alignment, size);
+    return hz_memalign_impl(alignment, size);
 }
 
-/* As glibc: a non-power-of-two alignment is rounded up to the next power of two. */
-void *hz_memalign_impl(size_t alignment, size_t size) {
-    if (alignment > ((size_t)1 << (sizeof(size_t) * 8 - 2))) {
-        errno = EINVAL;
-        return NULL;
-    }
-    if (!is_pow2(alignment)) {
-        size_t a = HZ_ALIGNMENT;
-        while (a < alignment) a <<= 1;
-        alignment = a;
-    }
-    return hz_entry_aligned(alignment, size);
-}
-
-void *hz_valloc_impl(size_t size) { return hz_entry_aligned(hz_os_page_size, size); }
+void *hz_valloc_impl(size_t size) { return hz_memalign_impl(hz_os_page_size, size); }
 
 void *hz_pvalloc_impl(size_t size) {
     size_t ps = hz_os_page_size;
-    if (size > SIZE_MAX - ps) {
+    if (size > SIZE_MAX - (ps - 1)) {
         errno = ENOMEM;
         return NULL;
     }
-    return hz_entry_aligned(ps, hz_align_up(size ? size : 1, ps));
+    return hz_memalign_impl(ps, hz_align_up(size ? size : 1, ps));
 }
 
 void *hz_reallocarray_impl(void *p, size_t count, size_t size) {
