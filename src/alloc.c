@@ -16,12 +16,7 @@ static void *alloc_class(unsigned cls, bool *zero) {
     hz_heap_t *heap = heap_or_init();
     if (hz_unlikely(heap == NULL)) goto oom;
     hz_page_t *page = heap->current[cls];
-#if HZ_STASH_BLOCKS
-    /* Own pages dry: serve the stash of other threads' blocks from the fast path
-     * until it is empty too, then go back to the pages. */
-    if (page->free == NULL && page != &heap->stash[cls] && heap->stash[cls].free != NULL)
-        hz_set_current(heap, cls, page = &heap->stash[cls]);
-#endif
+    if (page->free == NULL) page = hz_stash_serve(heap, cls, page);
     if (page->free == NULL && (page = hz_page_ready(heap, cls)) == NULL) goto oom;
     *zero = page->free_is_zero;
     return hz_page_pop(heap, page, page->free);

@@ -64,12 +64,7 @@ bool hz_process_ready(void) {
 static void heap_reset(hz_heap_t *heap) {
     for (unsigned i = 0; i < HZ_DIRECT_SLOTS; i++) heap->direct[i] = &hz_empty_page;
     for (unsigned c = 0; c < HZ_CLASSES; c++) heap->current[c] = &hz_empty_page;
-#if HZ_STASH_BLOCKS
-    for (unsigned c = 1; c < HZ_CLASSES; c++) {
-        heap->stash[c].cls = (uint8_t)c;
-        heap->stash[c].block_size = hz_class_size[c];
-    }
-#endif
+    hz_stash_init(heap);
 }
 
 static hz_heap_t *heap_create(void) {

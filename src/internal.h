@@ -152,6 +152,28 @@ void hz_outbox_flush_all(hz_heap_t *heap) HZ_HIDDEN;
 bool hz_inbox_pending(hz_heap_t *heap) HZ_HIDDEN;
 void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) HZ_HIDDEN;
 
+/* ------------------------------------------------------------------ stash */
+#if HZ_STASH_BLOCKS
+void hz_stash_init(hz_heap_t *heap) HZ_HIDDEN;
+bool hz_stash_keep(hz_heap_t *heap, const hz_page_t *page, void *p) HZ_HIDDEN;
+hz_page_t *hz_stash_serve(hz_heap_t *heap, unsigned cls, hz_page_t *page) HZ_HIDDEN;
+void *hz_stash_pop(hz_heap_t *heap, unsigned cls) HZ_HIDDEN;
+#else /* no stash: every remote free travels home */
+static inline void hz_stash_init(hz_heap_t *heap) { (void)heap; }
+static inline bool hz_stash_keep(hz_heap_t *heap, const hz_page_t *page, void *p) {
+    (void)heap, (void)page, (void)p;
+    return false;
+}
+static inline hz_page_t *hz_stash_serve(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
+    (void)heap, (void)cls;
+    return page;
+}
+static inline void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
+    (void)heap, (void)cls;
+    return NULL;
+}
+#endif
+
 /* ----------------------------------------------------------------- large */
 void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) HZ_HIDDEN;
 hz_large_t *hz_large_header(const void *p) HZ_HIDDEN;

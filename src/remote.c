@@ -5,8 +5,8 @@
  * (split into shards in the scale variant).  The owner takes each entire shard with
  * one exchange when it next runs out of blocks (or at thread exit), so there is no
  * ABA problem and no lock anywhere.  At most HZ_OUTBOX_WAYS * HZ_REMOTE_BATCH blocks
- * per thread are in flight (plus, in the mt variant, HZ_STASH_BLOCKS per class kept
- * for the freeing thread's own reuse).
+ * per thread are in flight (plus, in the scale and mt variants, HZ_STASH_BLOCKS per
+ * class kept for the freeing thread's own reuse: stash.c).
  */
 #include "internal.h"
 
@@ -44,18 +44,9 @@ static void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
 
 /* Send everything this heap holds for other heaps on its way (thread exit, trim). */
 void hz_outbox_flush_all(hz_heap_t *heap) {
-#if HZ_STASH_BLOCKS
-    for (unsigned c = 1; c < HZ_CLASSES; c++) {
-        hz_page_t *st = &heap->stash[c];
-        if (heap->current[c] == st) hz_set_current(heap, c, heap->queues[c].first);
-        while (st->free != NULL) {
-            void *p = st->free;
-            st->free = *(void **)p;
+    for (unsigned c = 1; c < HZ_CLASSES; c++)
+        for (void *p; (p = hz_stash_pop(heap, c)) != NULL;)
             outbox_append(heap, hz_segment_of(p)->heap, p);
-        }
-        st->capacity = st->used = 0;
-    }
-#endif
     for (unsigned i = 0; i < HZ_OUTBOX_WAYS; i++) outbox_flush(heap, &heap->outbox[i]);
 }
 
@@ -72,18 +63,7 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
     }
     hz_stat_inc(heap->stats.frees[page->cls]);
     hz_stat_inc(heap->stats.remote_sent);
-#if HZ_STASH_BLOCKS
-    /* Blocks smaller than a cache line go home: handing them out here would put this
-     * thread's data on lines the owner's other blocks share (passive false sharing). */
-    hz_page_t *st = &heap->stash[page->cls];
-    if (st->capacity - st->used < HZ_STASH_BLOCKS && page->block_size >= 64 &&
-        page->block_size <= 8 * HZ_DIRECT_MAX) {
-        *(void **)p = st->free;
-        st->free = p;
-        st->capacity++;
-        return;
-    }
-#endif
+    if (hz_stash_keep(heap, page, p)) return;
     outbox_append(heap, owner, p);
 }
 

@@ -139,6 +139,12 @@ typedef struct hz_page {
 
 struct hz_heap;
 
+/* Other threads' blocks this thread freed, kept for its own reuse (stash.c). */
+typedef struct hz_stash {
+    hz_page_t list;  /* owns no memory: the fast path pops its `free` and bumps `used` */
+    uint32_t held;   /* blocks kept, less those popped since `used` was taken in */
+} hz_stash_t;
+
 typedef struct hz_segment {
     struct hz_heap *heap;        /* owner; stable while any block in it is live */
     uint64_t free_units;         /* bit i: unit i holds no page */
@@ -186,10 +192,7 @@ typedef struct hz_heap {
     hz_page_queue_t queues[HZ_CLASSES]; /* pages with free blocks, current first */
     hz_outbox_t outbox[HZ_OUTBOX_WAYS];
 #if HZ_STASH_BLOCKS
-    /* Other threads' blocks this thread freed, kept for its own reuse (mt): a page
-     * descriptor that owns no memory, so the fast path can pop from it.  Its
-     * `capacity` counts pushes and `used` pops. */
-    hz_page_t stash[HZ_CLASSES];
+    hz_stash_t stash[HZ_CLASSES];
 #endif
     hz_segment_t *segments;             /* segments with free units come first */
     size_t dirty_bytes;                 /* freed page memory not yet purged */
