@@ -11,10 +11,19 @@
  * alignment asked for (high 32 bits; 0 for malloc, calloc and realloc).  Everything
  * after the caller's bytes is canary (the first CHECK_CAP bytes of it, at least 8).
  *
- * A freed block, whatever its layout was:
+ * A freed block, whatever its layout was, first waits in a quarantine (a ring of
+ * QUARANTINE_SLOTS blocks, QUARANTINE_BYTES at most) with every byte the core does
+ * not need checkable:
  *
  *     b                b + 8          b + 16
- *     | core's link    | freed mark   | poison (the first CHECK_CAP bytes) ...
+ *     | quarantine tag | freed mark   | poison (the first CHECK_CAP bytes) ...
+ *
+ * When it leaves the quarantine (pushed out by a later free, or at exit) all of that
+ * is verified, so a write to any byte of a freed block, its header included, stops
+ * the program however the block sat in its page.  The core then writes its link over
+ * the tag; the mark and the poison stay, and are checked again when the core hands
+ * the block out.  A link overwritten after that is caught when the core reads it,
+ * before it could follow it (check_next).
  *
  * The freed mark names the block's address, its size and the page's lifetime, so a
  * mark left in memory that has since served another size class (or another lifetime
@@ -23,11 +32,11 @@
  * A page's lifetime is an epoch per 64 KiB unit kept in the unused tail of the
  * segment header; it moves on whenever the first block of a page is handed out
  * while no other block of the page is (always so for a new page).  That block is
- * not checked then: writes to the first block of a page after the page emptied go
- * unseen (so do all writes after free in classes above 256 KiB, one block a page).
+ * not checked then (the quarantine has checked it on its way back).
  *
- * Errors print one line with write(2) and abort.  Pointers outside hakozuna's memory
- * (another allocator's, the dynamic loader's) print a warning and are ignored.
+ * Errors print one line with write(2) and abort; so does every pointer given to
+ * free, realloc or malloc_usable_size that is not a block hakozuna handed out,
+ * another allocator's and a static buffer's alike.
  *
  * Under valgrind every block is described to memcheck: the caller's bytes are a
  * malloc-like block, header and canary are no-access while it is live, and a freed
@@ -214,8 +223,8 @@ static HZ_COLD __attribute__((noreturn)) void report_uaf(const char *b, size_t a
     line_t l = {.n = 0};
     put_s(&l, "hakozuna: write to freed memory at ");
     put_x(&l, (uintptr_t)(b + at));
-    put_s(&l, " (byte +");
-    put_u(&l, at - HEADER);
+    put_s(&l, at >= HEADER ? " (byte +" : " (header byte -");
+    put_u(&l, at >= HEADER ? at - HEADER : HEADER - at);
     put_s(&l, " of the block freed at ");
     put_x(&l, (uintptr_t)(b + HEADER));
     put_s(&l, ")");
@@ -241,30 +250,6 @@ static HZ_COLD __attribute__((noreturn)) void report_mismatch(bool align, const 
     }
     put_class(&l, bs);
     die(&l);
-}
-
-/* Warnings about foreign pointers: the first ones only (a library bound to another
- * allocator may pass many); hz_stats counts them all as foreign_frees. */
-#define FOREIGN_WARNINGS 100
-static _Atomic unsigned foreign_warned;
-
-static HZ_COLD void warn_foreign(int op, const void *p) {
-    unsigned n = atomic_fetch_add_explicit(&foreign_warned, 1, memory_order_relaxed);
-    if (n > FOREIGN_WARNINGS) return;
-    line_t l = {.n = 0};
-    if (n == FOREIGN_WARNINGS) {
-        put_s(&l, "hakozuna: warning: further pointers that are not hakozuna memory are "
-                  "ignored without a warning");
-        emit(&l);
-        return;
-    }
-    put_s(&l, "hakozuna: warning: ");
-    put_s(&l, op_name[op]);
-    put_s(&l, " of ");
-    put_x(&l, (uintptr_t)p);
-    put_s(&l, op == OP_FREE ? ", which is not hakozuna memory: ignored"
-                            : ", which is not hakozuna memory: copied, not freed");
-    emit(&l);
 }
 
 /* ------------------------------------------------------------------ blocks */
@@ -391,9 +376,8 @@ static bool header_ok(char *b, char *user, size_t bs, bool large, blk_t *d) {
 
 static void header_hide(const blk_t *d) { VG_NOACCESS(d->user - HEADER, HEADER); }
 
-/* Find the live block handed out at p; returns false for a pointer outside
- * hakozuna's memory, aborts for every other pointer that is not a live block. */
-static bool blk_find(void *p, blk_t *d, int op) {
+/* Find the live block handed out at p; aborts for every pointer that is not one. */
+static void blk_find(void *p, blk_t *d, int op) {
     uintptr_t a = (uintptr_t)p;
     if (hz_segmap_kind(a) == HZ_SEG_SMALL) {
         hz_segment_t *seg = hz_segment_of(p);
@@ -409,7 +393,7 @@ static bool blk_find(void *p, blk_t *d, int op) {
         size_t off = (size_t)((char *)p - b);
         if (off >= HEADER && header_ok(b, p, bs, false, d)) {
             d->mark = small_mark(seg, page, b);
-            return true;
+            return;
         }
         if (off >= HEADER && (off & (off - 1)) == 0) {
             VG_DEFINED(b + 8, 8);
@@ -430,7 +414,7 @@ static bool blk_find(void *p, blk_t *d, int op) {
             char *b = (char *)p - off;
             if (header_ok(b, p, h->usable, true, d)) {
                 d->mark = large_mark(b, h->usable);
-                return true;
+                return;
             }
             report_invalid(op, p, h->usable, "not a block hakozuna handed out");
         }
@@ -439,10 +423,84 @@ static bool blk_find(void *p, blk_t *d, int op) {
     if (h != NULL) report_invalid(op, p, h->usable, "inside a large block");
     size_t bs = freed_large_find(p);
     if (bs != 0) report_freed(op, p, bs);
-    return false;
+    report_invalid(op, p, 0, "not hakozuna memory");
+}
+
+/* ---------------------------------------------------------------- quarantine */
+/* Freed blocks wait here before the core may hand them out again: a ring of slots
+ * that a free swaps its block into, taking out the oldest, plus as many more as keep
+ * the bytes held under QUARANTINE_BYTES.  Large blocks go back at once (their
+ * mappings are cached or unmapped). */
+#define QUARANTINE_SLOTS 4096
+#define QUARANTINE_BYTES ((size_t)32 << 20)
+#define QUARANTINE_TAG 0x687a2d7175617274ULL /* "hz-quart" */
+static _Atomic uintptr_t quarantine[QUARANTINE_SLOTS];
+static _Atomic unsigned quarantine_next;
+static _Atomic size_t quarantine_bytes;
+
+static uint64_t quarantine_tag(const char *b) { return QUARANTINE_TAG ^ (uint64_t)(uintptr_t)b; }
+
+/* The first byte of the 8 at p that differs from the word w (little-endian). */
+static size_t word_diff(const char *p, uint64_t w) {
+    uint64_t x = WORD(p) ^ w;
+    return x == 0 ? 8 : (size_t)__builtin_ctzll(x) / 8;
+}
+
+/* Block b of a small page leaves the quarantine: every byte its free wrote must be
+ * there still; then the core has it back. */
+static void quarantine_release(char *b) {
+    hz_segment_t *seg = hz_segment_of(b);
+    hz_page_t *page = hz_page_of(seg, b);
+    size_t bs = page->block_size;
+    size_t checked = min_sz(bs - HEADER, CHECK_CAP);
+    VG_DEFINED(b, HEADER + checked);
+    size_t at = word_diff(b, quarantine_tag(b));
+    if (at == 8) at = 8 + word_diff(b + 8, small_mark(seg, page, b));
+    if (at == HEADER) at = HEADER + first_diff((unsigned char *)b + HEADER, checked, POISON_BYTE);
+    if (at != HEADER + checked) report_uaf(b, at, bs);
+    atomic_fetch_sub_explicit(&quarantine_bytes, bs, memory_order_relaxed);
+    VG_NOACCESS(b + 8, bs - 8);
+    VG_QUIET();
+    hz_free_fast(b);
+    VG_LOUD();
+}
+
+static char *quarantine_swap(uintptr_t b) {
+    unsigned i = atomic_fetch_add_explicit(&quarantine_next, 1, memory_order_relaxed);
+    return (char *)atomic_exchange_explicit(&quarantine[i % QUARANTINE_SLOTS], b,
+                                            memory_order_acq_rel);
+}
+
+static void quarantine_put(char *b, size_t bs) {
+    WORD(b) = quarantine_tag(b);
+    VG_NOACCESS(b, bs);
+    atomic_fetch_add_explicit(&quarantine_bytes, bs, memory_order_relaxed);
+    char *old = quarantine_swap((uintptr_t)b);
+    if (old != NULL) quarantine_release(old);
+    for (int k = 0; k < 8 && atomic_load_explicit(&quarantine_bytes, memory_order_relaxed) >
+                                 QUARANTINE_BYTES; k++)
+        if ((old = quarantine_swap(0)) != NULL) quarantine_release(old);
+}
+
+/* At exit, the blocks still in quarantine are checked too. */
+static __attribute__((destructor)) void quarantine_drain(void) {
+    for (unsigned i = 0; i < QUARANTINE_SLOTS; i++) {
+        char *b = (char *)atomic_exchange_explicit(&quarantine[i], 0, memory_order_acq_rel);
+        if (b != NULL) quarantine_release(b);
+    }
 }
 
 /* ---------------------------------------------------------------- handing out */
+/* The core just took b off its page's free list and read b's first word as the
+ * next free block: a write over that link shows here, before the core follows it. */
+static void check_next(const hz_page_t *page, const char *b) {
+    uintptr_t next = (uintptr_t)page->free, start = (uintptr_t)page->start;
+    if (next == 0) return;
+    if (next < start || (next - start) % page->block_size != 0 ||
+        (next - start) / page->block_size >= page->capacity)
+        report_uaf(b, 0, page->block_size);
+}
+
 HZ_INLINE void *core_alloc(size_t n) {
     VG_QUIET();
     void *b = hz_alloc_fast(n);
@@ -473,6 +531,7 @@ static void *hand_out(char *b, size_t size, size_t align, bool zero, bool core_z
             check = false;
         }
         mark = small_mark(seg, page, b);
+        check_next(page, b);
     } else {
         bs = hz_large_header(b)->usable;
         mark = large_mark(b, bs);
@@ -508,7 +567,8 @@ static void canary_check(const blk_t *d, int op) {
     if (at != canary) report_overrun(d->user, d->size, d->size + at, d->bs, op);
 }
 
-/* Check the canary, poison the block, mark it freed and give it back to the core. */
+/* Check the canary, poison the block, mark it freed and put it in quarantine (a
+ * large block goes back to the core at once). */
 static void give_back(const blk_t *d, int op) {
     char *b = d->b;
     canary_check(d, op);
@@ -517,8 +577,12 @@ static void give_back(const blk_t *d, int op) {
     memset(b + HEADER, POISON_BYTE, checked);
     WORD(b + 8) = d->mark;
     VG_FREELIKE(d->user);
+    if (!d->large) {
+        quarantine_put(b, d->bs);
+        return;
+    }
+    freed_large_note(d->user, d->bs);
     VG_NOACCESS(b + 8, d->bs - 8);
-    if (d->large) freed_large_note(d->user, d->bs);
     VG_QUIET();
     hz_free_fast(b);
     VG_LOUD();
@@ -574,11 +638,7 @@ void *hz_debug_aligned(size_t alignment, size_t size) {
 void hz_debug_free(void *p, size_t size, size_t alignment) {
     if (p == NULL) return;
     blk_t d;
-    if (hz_unlikely(!blk_find(p, &d, OP_FREE))) {
-        warn_foreign(OP_FREE, p);
-        hz_free_other(p); /* counts it */
-        return;
-    }
+    blk_find(p, &d, OP_FREE);
     if (size != HZ_SIZE_UNKNOWN && size != d.size)
         report_mismatch(false, p, size, d.size, d.bs);
     if (alignment != 0 && alignment != d.align)
@@ -590,14 +650,7 @@ void hz_debug_free(void *p, size_t size, size_t alignment) {
 void *hz_debug_realloc(void *p, size_t size) {
     if (p == NULL) return hz_debug_malloc(size);
     blk_t d;
-    if (hz_unlikely(!blk_find(p, &d, OP_REALLOC))) {
-        warn_foreign(OP_REALLOC, p);
-        if (size == 0) { /* as free */
-            hz_free_other(p);
-            return NULL;
-        }
-        return hz_realloc_foreign(p, size, hz_debug_malloc);
-    }
+    blk_find(p, &d, OP_REALLOC);
     if (size == 0) { /* as glibc: free and return NULL */
         give_back(&d, OP_REALLOC);
         return NULL;
@@ -617,7 +670,7 @@ void *hz_debug_realloc(void *p, size_t size) {
 size_t hz_debug_usable_size(const void *p) {
     if (p == NULL) return 0;
     blk_t d;
-    if (!blk_find((void *)p, &d, OP_USABLE)) return 0; /* not ours: as the core */
+    blk_find((void *)p, &d, OP_USABLE);
     header_hide(&d);
     return d.size;
 }

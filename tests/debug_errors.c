@@ -9,17 +9,23 @@
  *   overrun              write one byte past a block, then free it
  *   overrun-realloc      write past a block, then realloc it
  *   write-after-free     write into a freed block, then allocate its size again
+ *   write-after-free-first  the same into the only block out of a fresh page
+ *   freed-header-write   overwrite the 16 bytes before a freed block, then allocate
+ *   freed-mark-write     overwrite the 8 bytes before a freed block and a byte in it
+ *   freed-link-write     overwrite the first 8 of those 16 long after the free
+ *   static-free          free a pointer into a static buffer
  *   free-sized-mismatch  free_sized with a size other than the one allocated
  *   aligned-mismatch     free_aligned_sized with another alignment than requested
- *   foreign-free         free a pointer into an mmap region (warned about, not fatal)
+ *   foreign-free         free a pointer into an mmap region
  *   clean                a correct workload: many sizes, large and aligned blocks,
  *                        realloc, calloc, threads freeing each other's blocks; it
  *                        also checks the checked variant's rule that
  *                        malloc_usable_size is the size asked for
  *
  * Error modes never return normally under the checked variant (it aborts); if one
- * does, the program says so on stdout and exits 3.  "clean" and "foreign-free" exit
- * 0 and print nothing on stderr themselves.  "small" shortens "clean" (for valgrind).
+ * does, the program says so on stdout and exits 3.  After a write to freed memory
+ * the modes allocate and free until any quarantine has given the block back.
+ * "clean" exits 0 and prints nothing on stderr.  "small" shortens "clean" (for valgrind).
  */
 #define _GNU_SOURCE 1
 #include <dlfcn.h>
@@ -102,6 +108,11 @@ static int overrun_realloc(void) {
     return survived("overrun-realloc");
 }
 
+/* Allocate and free blocks of another size, many more than a quarantine holds. */
+static void cycle_blocks(void) {
+    for (int i = 0; i < 100000; i++) free(launder(malloc(64)));
+}
+
 static int write_after_free(void) {
     /* A neighbour stays allocated: the first block of a page that has nothing else
      * out is taken for the start of a new page lifetime and not checked. */
@@ -111,10 +122,76 @@ static int write_after_free(void) {
     poke(p, 1, 48);
     free(p);
     stale[5] = 'z';
-    char *q = launder(malloc(48)); /* the same block comes back */
+    char *q = launder(malloc(48)); /* the same block comes back, or a quarantined one */
     free(q);
     free(pin);
+    cycle_blocks();
     return survived("write-after-free");
+}
+
+/* A block of n bytes, filled and freed: the stale pointer to it. */
+static char *freed_block(size_t n) {
+    char *p = launder(malloc(n));
+    char *stale = launder(p);
+    poke(p, 1, n);
+    free(p);
+    return stale;
+}
+
+/* Two blocks of n bytes at once (the second follows the first one's link), freed. */
+static void allocate_two(size_t n) {
+    char *a = launder(malloc(n)), *b = launder(malloc(n));
+    free(a);
+    free(b);
+}
+
+static int write_after_free_first(void) {
+    /* No other block of this size is out: the block is the first of a fresh page and
+     * its page has nothing else out when it is written to and allocated again. */
+    poke(freed_block(12000) + 5, 'z', 1);
+    free(launder(malloc(12000)));
+    cycle_blocks();
+    return survived("write-after-free-first");
+}
+
+static int freed_header_write(void) {
+    char *pin = launder(malloc(48));
+    poke(freed_block(48) - 16, 0x41, 16);
+    allocate_two(48);
+    cycle_blocks();
+    free(pin);
+    return survived("freed-header-write");
+}
+
+static int freed_mark_write(void) {
+    char *pin = launder(malloc(48));
+    char *stale = freed_block(48);
+    poke(stale - 8, 0, 8);
+    poke(stale + 5, 'z', 1);
+    free(launder(malloc(48)));
+    cycle_blocks();
+    free(pin);
+    return survived("freed-mark-write");
+}
+
+static int freed_link_write(void) {
+    /* As freed-header-write, but long after the free: any quarantine has given the
+     * block back, and the allocator's own free-list link is overwritten. */
+    char *pin = launder(malloc(48));
+    char *stale = freed_block(48);
+    cycle_blocks();
+    poke(stale - 16, 0x41, 8);
+    allocate_two(48);
+    free(pin);
+    return survived("freed-link-write");
+}
+
+static char static_buffer[256];
+
+static int static_free(void) {
+    poke(static_buffer, 1, sizeof static_buffer);
+    free(launder(static_buffer + 16));
+    return survived("static-free");
 }
 
 static int free_sized_mismatch(void) {
@@ -146,13 +223,8 @@ static int foreign_free(void) {
     }
     memset(m, 0x5a, len);
     free(launder(m + 4096));
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)m[i] != 0x5a) {
-            printf("debug_errors: free of a foreign pointer wrote into it\n");
-            return 1;
-        }
     munmap(m, len);
-    return 0;
+    return survived("foreign-free");
 }
 
 /* ------------------------------------------------------------------- clean */
@@ -407,6 +479,11 @@ int main(int argc, char **argv) {
     if (!strcmp(m, "overrun")) return overrun();
     if (!strcmp(m, "overrun-realloc")) return overrun_realloc();
     if (!strcmp(m, "write-after-free")) return write_after_free();
+    if (!strcmp(m, "write-after-free-first")) return write_after_free_first();
+    if (!strcmp(m, "freed-header-write")) return freed_header_write();
+    if (!strcmp(m, "freed-mark-write")) return freed_mark_write();
+    if (!strcmp(m, "freed-link-write")) return freed_link_write();
+    if (!strcmp(m, "static-free")) return static_free();
     if (!strcmp(m, "free-sized-mismatch")) return free_sized_mismatch();
     if (!strcmp(m, "aligned-mismatch")) return aligned_mismatch();
     if (!strcmp(m, "foreign-free")) return foreign_free();

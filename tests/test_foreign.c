@@ -11,12 +11,15 @@
  *     found through HZ_TEST_FOREIGN_LIB (path to the built shared object); if
  *     that is not set, part (b) is skipped and the test exits 77.
  * Under hakozuna, hz_stats foreign_frees must grow by at least the number of
- * foreign pointers passed to free().
+ * foreign pointers passed to free().  The checked variant (libhakozuna_debug.so)
+ * treats every such pointer as an error: there, part (a) must end in abort.
  */
 #include "hz_test.h"
 
 #include <malloc.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 static unsigned char static_area[16384];
 
@@ -184,9 +187,34 @@ static uint64_t part_b(const char *path, int hz)
     return frees;
 }
 
+/* The checked variant stops the program at the first pointer that is not its own
+ * (tests/test_debug.sh tests its report): part (a), in a child, must end in abort. */
+static int checked_variant_stops(void)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork failed");
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, 2);
+        part_a();
+        _exit(0);
+    }
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid failed");
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+          "the checked variant did not stop at a foreign pointer (status %#x)", status);
+    printf("checked variant: a foreign pointer stops the program (SIGABRT)\n");
+    return 0;
+}
+
 int main(void)
 {
     int hz = hz_test_require_loaded();
+    const char *variant = getenv("HZ_TEST_VARIANT");
+    if (hz && variant && strcmp(variant, "hakozuna_debug") == 0)
+        return checked_variant_stops();
     struct hz_stats st0, st1;
     int have = hz && hz_test_stats(&st0);
     if (hz)
