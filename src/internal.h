@@ -46,7 +46,11 @@ HZ_INLINE bool hz_dec_le0(int32_t *count) { return --*count <= 0; }
 
 /* Process-wide counters (slow paths only; atomic). */
 typedef struct hz_global_stats {
-    _Atomic uint64_t bytes_mapped, bytes_purged, bytes_unmapped;
+    _Atomic uint64_t bytes_mapped;    /* address space mapped, reserved or committed */
+    _Atomic uint64_t bytes_committed; /* of which readable and writable (charged) */
+    _Atomic uint64_t bytes_meta;      /* of which metadata: heaps, segment-map leaves */
+    _Atomic uint64_t bytes_purged, bytes_unmapped;
+    _Atomic uint64_t os_errors;       /* mmap/munmap/mprotect/madvise calls that failed */
     _Atomic uint64_t segments_mapped, foreign_frees;
     _Atomic uint64_t large_allocs, large_frees, large_bytes, large_cache_hits;
     _Atomic uint64_t heaps_created, heaps_adopted, threads_live;
@@ -77,6 +81,7 @@ static inline void hz_lock_release(hz_lock_t *l) {
 /* ------------------------------------------------------------ size classes */
 extern uint32_t hz_class_size[HZ_CLASSES] HZ_HIDDEN;
 extern uint8_t hz_class_units[HZ_CLASSES] HZ_HIDDEN;
+extern uint8_t hz_class_align_units[HZ_CLASSES] HZ_HIDDEN;
 void hz_sizeclass_init(void) HZ_HIDDEN;
 unsigned hz_aligned_class(size_t size, size_t alignment) HZ_HIDDEN;
 
@@ -90,17 +95,19 @@ HZ_INLINE unsigned hz_size_class(size_t n) {
 }
 
 /* ------------------------------------------------------------ segment map */
-extern _Atomic uint8_t hz_segmap[HZ_SEGMAP_ENTRIES] HZ_HIDDEN;
+extern _Atomic(_Atomic uint8_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] HZ_HIDDEN;
 
+/* Kind of the segment holding address a: two dependent loads, no test for a missing
+ * leaf (absent leaves are the shared zero leaf). */
 HZ_INLINE unsigned hz_segmap_kind(uintptr_t a) {
-    uintptr_t i = a >> HZ_SEGMENT_SHIFT;
-    if (hz_unlikely(i >= HZ_SEGMAP_ENTRIES)) return HZ_SEG_NONE;
-    return atomic_load_explicit(&hz_segmap[i], memory_order_relaxed);
+    uintptr_t top = a >> HZ_SEGMAP_TOP_SHIFT;
+    if (hz_unlikely(top >= HZ_SEGMAP_TOP_ENTRIES)) return HZ_SEG_NONE;
+    _Atomic uint8_t *leaf = atomic_load_explicit(&hz_segmap_top[top], memory_order_relaxed);
+    return atomic_load_explicit(&leaf[(a >> HZ_SEGMENT_SHIFT) & (HZ_SEGMAP_LEAF_ENTRIES - 1)],
+                                memory_order_relaxed);
 }
-static inline void hz_segmap_set(const void *seg, unsigned kind) {
-    atomic_store_explicit(&hz_segmap[(uintptr_t)seg >> HZ_SEGMENT_SHIFT], (uint8_t)kind,
-                          memory_order_release);
-}
+bool hz_segmap_prepare(const void *seg) HZ_HIDDEN;
+void hz_segmap_set(const void *seg, unsigned kind) HZ_HIDDEN;
 HZ_INLINE hz_segment_t *hz_segment_of(const void *p) {
     return (hz_segment_t *)((uintptr_t)p & ~(uintptr_t)HZ_SEGMENT_MASK);
 }
@@ -115,12 +122,15 @@ extern hz_page_t hz_empty_page HZ_HIDDEN;
 extern __thread hz_heap_t *hz_tls_heap HZ_HIDDEN __attribute__((tls_model("initial-exec")));
 
 /* -------------------------------------------------------------- OS layer */
-extern size_t hz_os_page_size HZ_HIDDEN;
+size_t hz_os_page_size(void) HZ_HIDDEN;
 void hz_os_init(void) HZ_HIDDEN;
+void *hz_os_reserve(size_t size, size_t alignment) HZ_HIDDEN;
+bool hz_os_commit(void *p, size_t size) HZ_HIDDEN;
+bool hz_os_decommit(void *p, size_t size) HZ_HIDDEN;
 void *hz_os_map_aligned(size_t size, size_t alignment) HZ_HIDDEN;
-void hz_os_unmap(void *p, size_t size) HZ_HIDDEN;
-void hz_os_purge(void *p, size_t size) HZ_HIDDEN;
-void *hz_os_remap(void *p, size_t old_size, size_t new_size, size_t alignment) HZ_HIDDEN;
+bool hz_os_unmap(void *p, size_t size, size_t committed) HZ_HIDDEN;
+size_t hz_os_purge(void *p, size_t size) HZ_HIDDEN;
+void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) HZ_HIDDEN;
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) HZ_HIDDEN;
 uint64_t hz_os_now_ms(void) HZ_HIDDEN;
 void hz_os_write_err(const char *msg) HZ_HIDDEN;
@@ -133,7 +143,7 @@ hz_lock_t *hz_large_lock(void) HZ_HIDDEN;
 static inline size_t hz_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
 /* ------------------------------------------------------- segments & spans */
-hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units) HZ_HIDDEN;
+hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units) HZ_HIDDEN;
 void hz_span_free(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 void hz_heap_purge(hz_heap_t *heap, bool force) HZ_HIDDEN;
 void hz_heap_release_segments(hz_heap_t *heap, bool keep_one) HZ_HIDDEN;

@@ -24,6 +24,9 @@ hz_large_t *hz_large_header(const void *p) {
     return hdr->magic == HZ_LARGE_MAGIC && hdr->user == p ? hdr : NULL;
 }
 
+/* If the kernel refuses, the mapping stays (counted in os_errors and bytes_mapped). */
+static void large_unmap(char *base, size_t map_size) { hz_os_unmap(base, map_size, map_size); }
+
 static char *cache_take(size_t need, size_t *map_size) {
     char *base = NULL;
     hz_lock_acquire(&large_lock);
@@ -59,7 +62,7 @@ static bool cache_put(char *base, size_t map_size) {
     cache[cache_count++] = (cached_t){base, map_size};
     cache_bytes += map_size;
     hz_lock_release(&large_lock);
-    for (unsigned i = 0; i < n_evict; i++) hz_os_unmap(evict[i].base, evict[i].map_size);
+    for (unsigned i = 0; i < n_evict; i++) large_unmap(evict[i].base, evict[i].map_size);
     return true;
 }
 
@@ -71,7 +74,7 @@ bool hz_large_cache_trim(void) {
     cache_count = 0;
     cache_bytes = 0;
     hz_lock_release(&large_lock);
-    for (unsigned i = 0; i < n; i++) hz_os_unmap(drop[i].base, drop[i].map_size);
+    for (unsigned i = 0; i < n; i++) large_unmap(drop[i].base, drop[i].map_size);
     return n > 0;
 }
 
@@ -85,7 +88,7 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     /* Offset of the user pointer from the mapping's base. */
     bool big_align = alignment >= HZ_SEGMENT_SIZE;
     size_t offset = big_align ? alignment : hz_align_up(HZ_LARGE_HEADER, alignment);
-    size_t need = hz_align_up(offset + size, hz_os_page_size);
+    size_t need = hz_align_up(offset + size, hz_os_page_size());
     size_t map_size = need;
     char *base = big_align ? NULL : cache_take(need, &map_size);
     *zeroed = base == NULL;
@@ -100,6 +103,11 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     }
     char *user = base + offset;
     hz_large_t *h = (hz_large_t *)(((uintptr_t)user - 1) & ~(uintptr_t)HZ_SEGMENT_MASK);
+    if (!hz_segmap_prepare(h)) {
+        large_unmap(base, map_size);
+        errno = ENOMEM;
+        return NULL;
+    }
     h->magic = HZ_LARGE_MAGIC;
     h->base = base;
     h->map_size = map_size;
@@ -119,7 +127,7 @@ void hz_large_free(hz_large_t *h) {
     hz_segmap_set(h, HZ_SEG_NONE); /* a second free of it now reads as foreign */
     h->magic = 0;
     bool plain = h->user == base + HZ_LARGE_HEADER;
-    if (!plain || !cache_put(base, map_size)) hz_os_unmap(base, map_size);
+    if (!plain || !cache_put(base, map_size)) large_unmap(base, map_size);
 }
 
 /* Resize a large block in place when the mapping allows, else move its pages. */
@@ -129,14 +137,21 @@ void *hz_large_realloc(hz_large_t *h, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t need = hz_align_up(offset + size, hz_os_page_size);
+    size_t need = hz_align_up(offset + size, hz_os_page_size());
     if (need <= h->map_size && need >= h->map_size / 2) return h->user;
     if (offset != HZ_LARGE_HEADER || size <= HZ_MEDIUM_MAX) return NULL; /* caller copies */
     char *base = h->base;
     if (!hz_os_resize_in_place(base, h->map_size, need)) {
+        char *target = hz_os_reserve(need, HZ_SEGMENT_SIZE);
+        if (target == NULL) return NULL;
+        if (!hz_segmap_prepare(target)) {
+            hz_os_unmap(target, need, 0);
+            return NULL;
+        }
         hz_segmap_set(h, HZ_SEG_NONE);
-        base = hz_os_remap(base, h->map_size, need, HZ_SEGMENT_SIZE);
+        base = hz_os_move(base, h->map_size, need, target);
         if (base == NULL) {
+            hz_os_unmap(target, need, 0);
             hz_segmap_set(h, HZ_SEG_LARGE);
             return NULL;
         }

@@ -2,6 +2,7 @@
  * Nothing here allocates through libc, so it is safe before and during init. */
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -9,93 +10,202 @@
 
 #include "internal.h"
 
-size_t hz_os_page_size = 4096;
+/* The OS page size, read on first use (a valloc may be the process's first call).
+ * HZ_SIMULATED_PAGE_SIZE raises it, so that a 4 KiB kernel exercises the code paths
+ * of 16 KiB and 64 KiB kernels: every madvise, mprotect and mapping the allocator
+ * makes at a larger granularity is valid at a smaller one. */
+_Static_assert((HZ_SIMULATED_PAGE_SIZE & (HZ_SIMULATED_PAGE_SIZE - 1)) == 0 &&
+                   HZ_SIMULATED_PAGE_SIZE <= HZ_UNIT_SIZE,
+               "HZ_SIMULATED_PAGE_SIZE: a power of two up to 65536");
+static _Atomic size_t page_size;
 
-void hz_os_init(void) {
-    unsigned long ps = getauxval(AT_PAGESZ);
-    if (ps >= 4096 && (ps & (ps - 1)) == 0) hz_os_page_size = ps;
+static size_t larger(size_t a, size_t b) { return a > b ? a : b; }
+
+static size_t page_size_init(void) {
+    size_t ps = (size_t)getauxval(AT_PAGESZ);
+    if (ps < 4096 || (ps & (ps - 1)) != 0) ps = 4096;
+    ps = larger(ps, HZ_SIMULATED_PAGE_SIZE);
+    if (ps > HZ_UNIT_SIZE) { /* units are committed and purged in whole pages */
+        hz_os_write_err("hakozuna: pages larger than 64 KiB are not supported\n");
+        abort();
+    }
+    atomic_store_explicit(&page_size, ps, memory_order_relaxed);
+    return ps;
 }
 
-static void *map_anon(void *hint, size_t size, int prot) {
-    void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+size_t hz_os_page_size(void) {
+    size_t ps = atomic_load_explicit(&page_size, memory_order_relaxed);
+    return ps != 0 ? ps : page_size_init();
 }
 
-/* A mapping of `size` bytes starting at a multiple of `alignment` (a power of two that
- * is at least the page size): over-map, then cut off the misaligned head and tail. */
-void *hz_os_map_aligned(size_t size, size_t alignment) {
-    size = hz_align_up(size, hz_os_page_size);
+void hz_os_init(void) { (void)hz_os_page_size(); }
+
+/* A failed OS call: counted, so that memory the allocator could not give back (or
+ * get) shows in the statistics instead of silently skewing them. */
+static void os_failed(void) { hz_gstat_add(os_errors, 1); }
+
+static bool unmap_range(void *p, size_t size) {
+    if (munmap(p, size) != 0) {
+        os_failed();
+        return false;
+    }
+    hz_gstat_sub(bytes_mapped, size);
+    return true;
+}
+
+/* An aligned reservation of exactly `size` bytes, without ever holding more address
+ * space (which counts against ulimit -v): where the kernel puts the mapping, or,
+ * if that is misaligned, at the aligned address just below it, which top-down
+ * placement leaves free.  NULL when neither works. */
+static char *reserve_exact(size_t size, size_t alignment) {
+    char *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    hz_gstat_add(bytes_mapped, size);
+    if (((uintptr_t)p & (alignment - 1)) == 0) return p;
+    unmap_range(p, size);
+    char *hint = (char *)((uintptr_t)p & ~(uintptr_t)(alignment - 1));
+    p = mmap(hint, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    hz_gstat_add(bytes_mapped, size);
+    if (p == hint) return p;
+    unmap_range(p, size); /* kernels before 4.17 take the flag as a mere hint */
+    return NULL;
+}
+
+/* Address space without memory: PROT_NONE private mappings are not charged against
+ * the kernel's overcommit limit until made writable (no MAP_NORESERVE: that would
+ * exempt them from the charge for good). */
+void *hz_os_reserve(size_t size, size_t alignment) {
+    size_t ps = hz_os_page_size();
+    if (alignment < ps) alignment = ps;
+    size = hz_align_up(size, ps);
     if (size == 0 || size > PTRDIFF_MAX - alignment) {
         errno = ENOMEM;
         return NULL;
     }
-    char *p = map_anon(NULL, size, PROT_READ | PROT_WRITE);
-    if (p == NULL) return NULL;
-    if (((uintptr_t)p & (alignment - 1)) != 0) {
-        munmap(p, size);
-        size_t over = size + alignment - hz_os_page_size;
-        p = map_anon(NULL, over, PROT_READ | PROT_WRITE);
-        if (p == NULL) return NULL;
-        char *aligned = (char *)hz_align_up((uintptr_t)p, alignment);
-        if (aligned > p) munmap(p, (size_t)(aligned - p));
+    char *aligned = reserve_exact(size, alignment);
+    if (aligned == NULL) {
+        /* Over-reserve, then cut off the misaligned head and tail. */
+        size_t over = size + alignment - ps;
+        char *p = mmap(NULL, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            os_failed();
+            errno = ENOMEM;
+            return NULL;
+        }
+        hz_gstat_add(bytes_mapped, over);
+        aligned = (char *)hz_align_up((uintptr_t)p, alignment);
+        if (aligned > p) unmap_range(p, (size_t)(aligned - p));
         char *end = p + over, *want = aligned + size;
-        if (end > want) munmap(want, (size_t)(end - want));
-        p = aligned;
+        if (end > want) unmap_range(want, (size_t)(end - want));
     }
-    if (((uintptr_t)p + size - 1) >> HZ_VA_BITS) { /* beyond the segment map */
-        munmap(p, size);
+    if (((uintptr_t)aligned + size - 1) >> HZ_VA_BITS) { /* beyond the segment map */
+        unmap_range(aligned, size);
         errno = ENOMEM;
         return NULL;
     }
+    return aligned;
+}
+
+/* Make reserved pages usable: the kernel charges them now, so under
+ * vm.overcommit_memory=2 (or an impossible size in the heuristic mode) this is
+ * where a request fails, cleanly, with ENOMEM. */
+bool hz_os_commit(void *p, size_t size) {
+    size = hz_align_up(size, hz_os_page_size());
+    if (mprotect(p, size, PROT_READ | PROT_WRITE) != 0) {
+        os_failed();
+        errno = ENOMEM;
+        return false;
+    }
+    hz_gstat_add(bytes_committed, size);
 #if HZ_THP
     madvise(p, size, MADV_HUGEPAGE);
 #endif
-    hz_gstat_add(bytes_mapped, size);
+    return true;
+}
+
+/* Back to reserved: the pages and the charge are returned (a fresh PROT_NONE
+ * mapping over the range; mprotect alone would keep the charge). */
+bool hz_os_decommit(void *p, size_t size) {
+    size = hz_align_up(size, hz_os_page_size());
+    if (mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+        os_failed();
+        return false;
+    }
+    hz_gstat_sub(bytes_committed, size);
+    hz_gstat_add(bytes_purged, size);
+    return true;
+}
+
+/* A committed mapping of `size` bytes starting at a multiple of `alignment`. */
+void *hz_os_map_aligned(size_t size, size_t alignment) {
+    void *p = hz_os_reserve(size, alignment);
+    if (p != NULL && !hz_os_commit(p, size)) {
+        unmap_range(p, hz_align_up(size, hz_os_page_size()));
+        errno = ENOMEM;
+        return NULL;
+    }
     return p;
 }
 
-void hz_os_unmap(void *p, size_t size) {
-    size = hz_align_up(size, hz_os_page_size);
-    munmap(p, size);
-    hz_gstat_sub(bytes_mapped, size);
-    hz_gstat_add(bytes_unmapped, size);
+/* Unmap `size` bytes of which `committed` were committed; false (counted) when the
+ * kernel refuses, e.g. because splitting a mapping would exceed vm.max_map_count:
+ * the range then stays mapped and counted as such. */
+bool hz_os_unmap(void *p, size_t size, size_t committed) {
+    size = hz_align_up(size, hz_os_page_size());
+    if (!unmap_range(p, size)) return false;
+    hz_gstat_sub(bytes_committed, committed);
+    hz_gstat_add(bytes_unmapped, committed);
+    return true;
 }
 
-/* Give the physical pages back; the range stays mapped and reads back as zero. */
-void hz_os_purge(void *p, size_t size) {
-    uintptr_t start = hz_align_up((uintptr_t)p, hz_os_page_size);
-    uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(hz_os_page_size - 1);
-    if (end <= start) return;
-    if (madvise((void *)start, end - start, MADV_DONTNEED) == 0)
-        hz_gstat_add(bytes_purged, end - start);
+/* Give the physical pages back; the range stays mapped and reads back as zero.
+ * Returns the bytes purged: the whole pages inside [p, p + size). */
+size_t hz_os_purge(void *p, size_t size) {
+    size_t ps = hz_os_page_size();
+    uintptr_t start = hz_align_up((uintptr_t)p, ps);
+    uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(ps - 1);
+    if (end <= start) return 0;
+    if (madvise((void *)start, end - start, MADV_DONTNEED) != 0) {
+        os_failed();
+        return 0;
+    }
+    hz_gstat_add(bytes_purged, end - start);
+    return end - start;
 }
 
-/* Grow or shrink a mapping without moving it. */
+/* Grow or shrink a committed mapping without moving it. */
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) {
-    old_size = hz_align_up(old_size, hz_os_page_size);
-    new_size = hz_align_up(new_size, hz_os_page_size);
+    size_t ps = hz_os_page_size();
+    old_size = hz_align_up(old_size, ps);
+    new_size = hz_align_up(new_size, ps);
     if (mremap(p, old_size, new_size, 0) == MAP_FAILED) return false;
-    if (new_size > old_size) hz_gstat_add(bytes_mapped, new_size - old_size);
-    else {
+    if (new_size > old_size) {
+        hz_gstat_add(bytes_mapped, new_size - old_size);
+        hz_gstat_add(bytes_committed, new_size - old_size);
+    } else {
         hz_gstat_sub(bytes_mapped, old_size - new_size);
+        hz_gstat_sub(bytes_committed, old_size - new_size);
         hz_gstat_add(bytes_unmapped, old_size - new_size);
     }
     return true;
 }
 
-/* Move a mapping to a new aligned place of new_size bytes: the kernel moves the page
- * tables, nothing is copied. */
-void *hz_os_remap(void *p, size_t old_size, size_t new_size, size_t alignment) {
-    old_size = hz_align_up(old_size, hz_os_page_size);
-    new_size = hz_align_up(new_size, hz_os_page_size);
-    void *target = hz_os_map_aligned(new_size, alignment);
-    if (target == NULL) return NULL;
+/* Move a committed mapping onto `target`, a reservation of new_size bytes: the
+ * kernel moves the page tables, nothing is copied, and only the growth is charged. */
+void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) {
+    size_t ps = hz_os_page_size();
+    old_size = hz_align_up(old_size, ps);
+    new_size = hz_align_up(new_size, ps);
     void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
     if (q == MAP_FAILED) {
-        hz_os_unmap(target, new_size);
+        os_failed();
         return NULL;
     }
-    hz_gstat_sub(bytes_mapped, old_size); /* the old range is gone, target now holds it */
+    /* The old range is gone; the target reservation now holds the committed pages. */
+    hz_gstat_sub(bytes_mapped, old_size);
+    hz_gstat_add(bytes_committed, new_size);
+    hz_gstat_sub(bytes_committed, old_size);
     return q;
 }
 
@@ -129,7 +239,8 @@ void hz_lock_acquire(hz_lock_t *l) {
     }
 }
 
-/* Metadata (heaps) comes from its own mappings and is never freed: heaps are recycled. */
+/* Metadata (heaps) comes from its own mappings, 64 KiB at a time (a small process
+ * has one or two heaps), and is never freed: heaps are recycled. */
 static hz_lock_t meta_lock;
 static char *meta_cur, *meta_end;
 
@@ -137,13 +248,13 @@ void *hz_meta_alloc(size_t size) {
     size = hz_align_up(size, 64);
     hz_lock_acquire(&meta_lock);
     if (meta_cur == NULL || (size_t)(meta_end - meta_cur) < size) {
-        size_t chunk = hz_align_up(size > (1u << 20) ? size : (1u << 20), hz_os_page_size);
-        char *p = map_anon(NULL, chunk, PROT_READ | PROT_WRITE);
+        size_t chunk = hz_align_up(size > HZ_UNIT_SIZE ? size : HZ_UNIT_SIZE, hz_os_page_size());
+        char *p = hz_os_map_aligned(chunk, 0);
         if (p == NULL) {
             hz_lock_release(&meta_lock);
             return NULL;
         }
-        hz_gstat_add(bytes_mapped, chunk);
+        hz_gstat_add(bytes_meta, chunk);
         meta_cur = p;
         meta_end = p + chunk;
     }

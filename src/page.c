@@ -57,7 +57,7 @@ static void page_extend(hz_page_t *page) {
 }
 
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
-    hz_page_t *page = hz_span_alloc(heap, hz_class_units[cls]);
+    hz_page_t *page = hz_span_alloc(heap, hz_class_units[cls], hz_class_align_units[cls]);
     if (page == NULL) return NULL;
     hz_segment_t *seg = hz_segment_of(page);
     char *end = (char *)seg + (size_t)(page->first_unit + page->units) * HZ_UNIT_SIZE;

@@ -46,10 +46,10 @@ void *hz_aligned_alloc_impl(size_t alignment, size_t size) {
     return hz_memalign_impl(alignment, size);
 }
 
-void *hz_valloc_impl(size_t size) { return hz_memalign_impl(hz_os_page_size, size); }
+void *hz_valloc_impl(size_t size) { return hz_memalign_impl(hz_os_page_size(), size); }
 
 void *hz_pvalloc_impl(size_t size) {
-    size_t ps = hz_os_page_size;
+    size_t ps = hz_os_page_size();
     if (size > SIZE_MAX - (ps - 1)) {
         errno = ENOMEM;
         return NULL;

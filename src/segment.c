@@ -1,12 +1,49 @@
-/* segment.c - where pages come from: a heap's segments, their free units, purging of
- * freed units, and the process-wide cache of empty segments. */
+/* segment.c - where pages come from: the segment map, a heap's segments and their
+ * free units, committing and purging units, and the process-wide cache of empty
+ * segments.
+ *
+ * A segment is reserved as address space and committed from its start as pages need
+ * it: units 0 .. committed_units-1 are writable, the rest PROT_NONE, so a segment is
+ * two mappings and an idle heap commits only what it has used. */
 #include "internal.h"
 
-/* One byte per possible segment of the address space (32 MiB of BSS on x86-64, only
- * touched where segments live): lets free() tell our pointers from others' without
- * touching their memory. */
-_Atomic uint8_t hz_segmap[HZ_SEGMAP_ENTRIES];
+/* ------------------------------------------------------------ segment map */
+/* Lets free() tell our pointers from others' without touching their memory.  Leaves
+ * are mapped on demand and never unmapped; the zero leaf is never written. */
+static _Atomic uint8_t zero_leaf[HZ_SEGMAP_LEAF_ENTRIES];
+_Atomic(_Atomic uint8_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] = {
+    [0 ... HZ_SEGMAP_TOP_ENTRIES - 1] = zero_leaf,
+};
 
+static _Atomic uint8_t *leaf_of(const void *seg) {
+    return atomic_load_explicit(&hz_segmap_top[(uintptr_t)seg >> HZ_SEGMAP_TOP_SHIFT],
+                                memory_order_acquire);
+}
+
+/* Make sure seg has a leaf of its own, so that hz_segmap_set cannot fail. */
+bool hz_segmap_prepare(const void *seg) {
+    if (leaf_of(seg) != zero_leaf) return true;
+    _Atomic uint8_t *fresh = hz_os_map_aligned(HZ_SEGMAP_LEAF_ENTRIES, 0);
+    if (fresh == NULL) return false;
+    _Atomic uint8_t *expect = zero_leaf;
+    if (atomic_compare_exchange_strong(&hz_segmap_top[(uintptr_t)seg >> HZ_SEGMAP_TOP_SHIFT],
+                                       &expect, fresh)) {
+        hz_gstat_add(bytes_meta, HZ_SEGMAP_LEAF_ENTRIES);
+    } else { /* another thread won */
+        hz_os_unmap(fresh, HZ_SEGMAP_LEAF_ENTRIES, HZ_SEGMAP_LEAF_ENTRIES);
+    }
+    return true;
+}
+
+/* Record seg's kind (its leaf prepared, unless kind is HZ_SEG_NONE). */
+void hz_segmap_set(const void *seg, unsigned kind) {
+    _Atomic uint8_t *leaf = leaf_of(seg);
+    if (leaf == zero_leaf) return; /* never set: reads as HZ_SEG_NONE already */
+    atomic_store_explicit(&leaf[((uintptr_t)seg >> HZ_SEGMENT_SHIFT) & (HZ_SEGMAP_LEAF_ENTRIES - 1)],
+                          (uint8_t)kind, memory_order_release);
+}
+
+/* --------------------------------------------------------------- segments */
 static hz_lock_t cache_lock;
 static hz_segment_t *cache[HZ_SEGMENT_CACHE];
 static unsigned cache_count;
@@ -24,27 +61,64 @@ static char *unit_start(hz_segment_t *seg, unsigned u) {
 }
 
 /* Purge the dirty free units of one segment selected by `which`, a contiguous run
- * per madvise call. */
+ * per madvise call; returns the bytes of units now clean.  Unit 0 shares its first
+ * OS page with the header, which stays resident: that part is zeroed by hand (none
+ * with 4 KiB pages, up to 56 KiB with 64 KiB pages).  A unit whose madvise failed
+ * stays dirty: it must never be taken for zero memory. */
 static size_t segment_purge(hz_segment_t *seg, uint64_t which) {
     uint64_t todo = seg->dirty_units & seg->free_units & which;
     size_t purged = 0;
     while (todo) {
         unsigned first = (unsigned)__builtin_ctzll(todo), n = 0;
         while (first + n < HZ_UNITS && (todo >> (first + n) & 1)) n++;
+        uint64_t m = units_mask(first, n);
+        todo &= ~m;
         char *start = unit_start(seg, first);
         char *end = (char *)seg + (size_t)(first + n) * HZ_UNIT_SIZE;
-        hz_os_purge(start, (size_t)(end - start));
-        uint64_t m = units_mask(first, n);
-        /* Unit 0 shares its first OS page with the header: it stays dirty when the
-         * page size leaves nothing of it to purge. */
-        if (first == 0 && hz_align_up((uintptr_t)start, hz_os_page_size) >=
-                              (uintptr_t)seg + HZ_UNIT_SIZE)
-            m &= ~1ULL;
+        if (first == 0) {
+            size_t shared = hz_align_up(HZ_SEGMENT_HEADER, hz_os_page_size()) - HZ_SEGMENT_HEADER;
+            if (shared > HZ_UNIT_SIZE - HZ_SEGMENT_HEADER) shared = HZ_UNIT_SIZE - HZ_SEGMENT_HEADER;
+            memset(start, 0, shared);
+            start += shared;
+        }
+        if (start < end && hz_os_purge(start, (size_t)(end - start)) == 0) continue;
         seg->dirty_units &= ~m;
-        todo &= ~units_mask(first, n);
         purged += (size_t)n * HZ_UNIT_SIZE;
     }
     return purged;
+}
+
+/* Commit units up to `end` (exclusive), in steps of 4 units (256 KiB) so that a
+ * growing heap makes few mprotect calls.  False (ENOMEM) when the kernel refuses. */
+static bool segment_commit(hz_segment_t *seg, unsigned end) {
+    unsigned have = seg->committed_units;
+    if (end <= have) return true;
+    unsigned want = (end + 3u) & ~3u;
+    if (want > HZ_UNITS) want = HZ_UNITS;
+    char *from = (char *)seg + (size_t)have * HZ_UNIT_SIZE;
+    if (!hz_os_commit(from, (size_t)(want - have) * HZ_UNIT_SIZE)) {
+        if (want == end || !hz_os_commit(from, (size_t)(end - have) * HZ_UNIT_SIZE)) return false;
+        want = end;
+    }
+    seg->committed_units = want;
+    return true;
+}
+
+/* Give back all of an empty segment but its first unit (header and unit 0), pages
+ * and commit charge; returns the bytes of dirty units dropped.  If the kernel
+ * refuses, the units stay committed and dirty (purging still applies). */
+static size_t segment_decommit(hz_segment_t *seg) {
+    unsigned have = seg->committed_units;
+    if (have <= 1 || !hz_os_decommit((char *)seg + HZ_UNIT_SIZE, (size_t)(have - 1) * HZ_UNIT_SIZE))
+        return 0;
+    seg->committed_units = 1;
+    size_t dropped = (size_t)__builtin_popcountll(seg->dirty_units & ~1ULL) * HZ_UNIT_SIZE;
+    seg->dirty_units &= 1ULL;
+    return dropped;
+}
+
+static size_t segment_committed_bytes(const hz_segment_t *seg) {
+    return (size_t)seg->committed_units * HZ_UNIT_SIZE;
 }
 
 /* Purging runs in epochs of HZ_PURGE_DELAY_MS: at each epoch, units that were
@@ -93,17 +167,29 @@ static unsigned longest_run(uint64_t x) {
 
 static void update_max_run(hz_segment_t *seg) { seg->max_run = longest_run(seg->free_units & ~1ULL); }
 
+
+
+/* A fresh segment: reserved, its header and unit 0 committed, its leaf of the
+ * segment map ready. */
+static hz_segment_t *segment_map_new(void) {
+    hz_segment_t *seg = hz_os_reserve(HZ_SEGMENT_SIZE, HZ_SEGMENT_SIZE);
+    if (seg == NULL) return NULL;
+    if (!hz_segmap_prepare(seg) || !hz_os_commit(seg, HZ_UNIT_SIZE)) {
+        hz_os_unmap(seg, HZ_SEGMENT_SIZE, 0);
+        return NULL;
+    }
+    seg->dirty_units = 0;
+    seg->committed_units = 1;
+    hz_gstat_add(segments_mapped, 1);
+    return seg;
+}
+
 static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     hz_segment_t *seg = NULL;
     hz_lock_acquire(&cache_lock);
     if (cache_count > 0) seg = cache[--cache_count];
     hz_lock_release(&cache_lock);
-    if (seg == NULL) {
-        seg = hz_os_map_aligned(HZ_SEGMENT_SIZE, HZ_SEGMENT_SIZE);
-        if (seg == NULL) return NULL;
-        seg->dirty_units = 0;
-        hz_gstat_add(segments_mapped, 1);
-    }
+    if (seg == NULL && (seg = segment_map_new()) == NULL) return NULL;
     seg->heap = heap;
     seg->free_units = ~0ULL;
     seg->purge_candidates = 0;
@@ -117,6 +203,12 @@ static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     return seg;
 }
 
+/* Unmap an empty segment; if the kernel refuses, it stays mapped (and counted). */
+static void segment_unmap(hz_segment_t *seg) {
+    if (hz_os_unmap(seg, HZ_SEGMENT_SIZE, segment_committed_bytes(seg)))
+        hz_gstat_sub(segments_mapped, 1);
+}
+
 static void segment_unlink(hz_heap_t *heap, hz_segment_t *seg) {
     if (seg->prev) seg->prev->next = seg->next;
     else heap->segments = seg->next;
@@ -128,7 +220,7 @@ static void segment_unlink(hz_heap_t *heap, hz_segment_t *seg) {
 static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
     segment_unlink(heap, seg);
     hz_segmap_set(seg, HZ_SEG_NONE); /* stale pointers into it now read as foreign */
-    size_t purged = segment_purge(seg, ~0ULL);
+    size_t purged = segment_decommit(seg) + segment_purge(seg, ~0ULL);
     heap->dirty_bytes -= purged < heap->dirty_bytes ? purged : heap->dirty_bytes;
     seg->heap = NULL;
     hz_lock_acquire(&cache_lock);
@@ -137,10 +229,7 @@ static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
         seg = NULL;
     }
     hz_lock_release(&cache_lock);
-    if (seg != NULL) {
-        hz_os_unmap(seg, HZ_SEGMENT_SIZE);
-        hz_gstat_sub(segments_mapped, 1);
-    }
+    if (seg != NULL) segment_unmap(seg);
 }
 
 bool hz_segment_cache_trim(void) {
@@ -150,49 +239,62 @@ bool hz_segment_cache_trim(void) {
     for (unsigned i = 0; i < n; i++) drop[i] = cache[i];
     cache_count = 0;
     hz_lock_release(&cache_lock);
-    for (unsigned i = 0; i < n; i++) {
-        hz_os_unmap(drop[i], HZ_SEGMENT_SIZE);
-        hz_gstat_sub(segments_mapped, 1);
-    }
+    for (unsigned i = 0; i < n; i++) segment_unmap(drop[i]);
     return n > 0;
 }
 
-/* Lowest run of n set bits in f, or -1: after the loop, bit i of x is set exactly
- * when bits i .. i+n-1 of f are. */
-static int find_run(uint64_t f, unsigned n) {
+/* Starts of runs of n set bits in f: after the loop, bit i of x is set exactly when
+ * bits i .. i+n-1 of f are. */
+static uint64_t run_starts(uint64_t f, unsigned n) {
     uint64_t x = f;
     for (unsigned have = 1; have < n && x != 0;) {
         unsigned s = have < n - have ? have : n - have;
         x &= x >> s;
         have += s;
     }
-    return x ? __builtin_ctzll(x) : -1;
+    return x;
 }
 
-/* First run of n units whose memory is still resident (no page faults to refill
- * it), else the first free run at all. */
-static hz_segment_t *find_span(hz_heap_t *heap, unsigned units, int *first) {
-    uint64_t usable = units > 1 ? ~1ULL : ~0ULL;
+/* Units a span may start at: every multiple of align_units, and unit 0 (shortened
+ * by the header) only for single-unit pages. */
+static uint64_t span_starts(unsigned units, unsigned align_units) {
+    uint64_t m = ~0ULL;
+    if (align_units > 1) {
+        m = 0;
+        for (unsigned u = 0; u < HZ_UNITS; u += align_units) m |= 1ULL << u;
+    }
+    return units > 1 ? m & ~1ULL : m;
+}
+
+/* First run of n units at an allowed start whose memory is still resident (no page
+ * faults to refill it), else the first free run at all. */
+static hz_segment_t *find_span(hz_heap_t *heap, unsigned units, uint64_t starts, int *first) {
     for (int pass = 0; pass < 2; pass++) {
         for (hz_segment_t *s = heap->segments; s != NULL && s->free_units != 0; s = s->next) {
             if (units > 1 && s->max_run < units) continue;
-            uint64_t f = s->free_units & usable & (pass == 0 ? s->dirty_units : ~0ULL);
-            if ((*first = find_run(f, units)) >= 0) return s;
+            uint64_t f = s->free_units & (pass == 0 ? s->dirty_units : ~0ULL);
+            uint64_t x = run_starts(f, units) & starts;
+            if (x != 0) {
+                *first = __builtin_ctzll(x);
+                return s;
+            }
         }
     }
     return NULL;
 }
 
-/* A page of `units` units for the heap, from its segments or a new one. */
-hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units) {
+/* A page of `units` units starting at a multiple of `align_units` (so that blocks
+ * of the class are aligned to it), from the heap's segments or a new one. */
+hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units) {
     int first = -1;
-    /* Unit 0 is shortened by the header: it only takes single-unit pages. */
-    hz_segment_t *seg = find_span(heap, units, &first);
+    uint64_t starts = span_starts(units, align_units);
+    hz_segment_t *seg = find_span(heap, units, starts, &first);
     if (seg == NULL) {
         seg = segment_acquire(heap);
         if (seg == NULL) return NULL;
-        first = units > 1 ? 1 : 0;
+        first = __builtin_ctzll(starts);
     }
+    if (!segment_commit(seg, (unsigned)first + units)) return NULL;
     uint64_t m = units_mask((unsigned)first, units);
     seg->free_units &= ~m;
     seg->purge_candidates &= ~m;

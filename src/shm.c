@@ -214,7 +214,7 @@ static bool shm_create(void) {
     if (fd < 0 && errno == EEXIST && remove_leftover()) fd = open(shm_path, flags, 0600);
     if (fd < 0) return false;
 
-    size_t size = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size);
+    size_t size = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size());
     struct hz_shm_segment *s = MAP_FAILED;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) goto fail;
     /* Reserve the blocks now: a full tmpfs must fail here, not as SIGBUS later. */

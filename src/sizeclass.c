@@ -3,6 +3,7 @@
 
 uint32_t hz_class_size[HZ_CLASSES];
 uint8_t hz_class_units[HZ_CLASSES];
+uint8_t hz_class_align_units[HZ_CLASSES];
 
 static uint32_t class_size_formula(unsigned c) {
     if (c <= 16) return 16u * c;
@@ -22,19 +23,36 @@ static uint8_t class_units(uint32_t size) {
     return (uint8_t)units;
 }
 
+static size_t pow2_divisor(size_t x) { return x & (~x + 1); }
+
 void hz_sizeclass_init(void) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
-        hz_class_size[c] = class_size_formula(c);
-        hz_class_units[c] = class_units(hz_class_size[c]);
+        uint32_t size = class_size_formula(c);
+        hz_class_size[c] = size;
+        hz_class_units[c] = class_units(size);
+        /* Spans start at a multiple of the largest power of two dividing the block
+         * size (in units), so every block is aligned to it: 1 MiB blocks to 1 MiB. */
+        size_t align = pow2_divisor(size);
+        hz_class_align_units[c] = (uint8_t)(align > HZ_UNIT_SIZE ? align / HZ_UNIT_SIZE : 1);
     }
 }
 
-/* Smallest class whose blocks are all aligned to `alignment` (<= HZ_ALIGNED_CLASS_MAX):
- * its size is a multiple of the alignment and every page starts 4 KiB-aligned.
+/* The alignment every block of class c has: its size's largest power-of-two divisor,
+ * at most that of its spans' starts (single-unit spans may start right after the
+ * segment header). */
+static size_t class_block_alignment(unsigned c) {
+    size_t start = hz_class_units[c] == 1 ? pow2_divisor(HZ_SEGMENT_HEADER)
+                                          : (size_t)hz_class_align_units[c] * HZ_UNIT_SIZE;
+    size_t block = pow2_divisor(hz_class_size[c]);
+    return block < start ? block : start;
+}
+
+/* Smallest class of at least `size` bytes whose blocks are all aligned to
+ * `alignment` (<= HZ_ALIGNED_CLASS_MAX): ordinary blocks, no mapping of their own.
  * Returns 0 when no medium class fits. */
 unsigned hz_aligned_class(size_t size, size_t alignment) {
     if (size > HZ_MEDIUM_MAX) return 0;
     for (unsigned c = hz_size_class(size ? size : 1); c < HZ_CLASSES; c++)
-        if (hz_class_size[c] % alignment == 0) return c;
+        if (class_block_alignment(c) >= alignment) return c;
     return 0;
 }

@@ -46,6 +46,11 @@
 #ifndef HZ_THP
 #define HZ_THP 0
 #endif
+/* Treat the OS page size as at least this many bytes (a power of two up to 65536;
+ * 0 = the kernel's): builds for testing 16 KiB and 64 KiB page kernels on 4 KiB ones. */
+#ifndef HZ_SIMULATED_PAGE_SIZE
+#define HZ_SIMULATED_PAGE_SIZE 0
+#endif
 /* Per-thread event counters (cheap, owner-written; see stats.c). */
 #ifndef HZ_STATS
 #define HZ_STATS 1
@@ -102,7 +107,13 @@
 #else
 #define HZ_VA_BITS 48
 #endif
-#define HZ_SEGMAP_ENTRIES ((size_t)1 << (HZ_VA_BITS - HZ_SEGMENT_SHIFT))
+/* The segment map has two levels: a static top table of leaf pointers, and leaves of
+ * one byte per segment (64 KiB each, covering 256 GiB), mapped when a segment first
+ * lands in their range.  Unused top entries point to a shared all-zero leaf. */
+#define HZ_SEGMAP_LEAF_BITS 16
+#define HZ_SEGMAP_LEAF_ENTRIES ((size_t)1 << HZ_SEGMAP_LEAF_BITS)
+#define HZ_SEGMAP_TOP_SHIFT (HZ_SEGMENT_SHIFT + HZ_SEGMAP_LEAF_BITS)
+#define HZ_SEGMAP_TOP_ENTRIES ((size_t)1 << (HZ_VA_BITS - HZ_SEGMAP_TOP_SHIFT))
 
 /* ---------------------------------------------------------- size classes */
 #define HZ_ALIGNMENT 16
@@ -110,7 +121,7 @@
 #define HZ_DIRECT_SLOTS (HZ_DIRECT_MAX / 16 + 1)
 #define HZ_MEDIUM_MAX ((size_t)2 << 20)        /* larger requests are "large" */
 #define HZ_CLASSES 121                         /* class 0 unused; 1..120 */
-#define HZ_ALIGNED_CLASS_MAX 4096              /* larger alignments go to the large path */
+#define HZ_ALIGNED_CLASS_MAX HZ_MEDIUM_MAX     /* larger alignments go to the large path */
 
 /* Segment map entries. */
 enum { HZ_SEG_NONE = 0, HZ_SEG_SMALL = 1, HZ_SEG_LARGE = 2 };
@@ -151,6 +162,8 @@ typedef struct hz_segment {
     uint64_t dirty_units;        /* bit i: unit i may hold non-zero data */
     uint64_t purge_candidates;   /* free, unpurged units seen at the last purge epoch */
     unsigned max_run;            /* longest run of free units (usable for multi-unit pages) */
+    unsigned committed_units;    /* units 0 .. committed_units-1 are readable and writable;
+                                    the rest of the segment is reserved address space */
     struct hz_segment *next, *prev; /* heap's segment list (with free units first) */
     hz_page_t *unit_page[HZ_UNITS]; /* unit -> page covering it */
     hz_page_t pages[HZ_UNITS];      /* indexed by a page's first unit */

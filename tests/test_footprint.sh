@@ -1,0 +1,46 @@
+#!/bin/sh
+# test_footprint.sh - a small process costs little address space and commit.
+#   1. Under `ulimit -v 16384`, /bin/true and sh -c run with the library
+#      preloaded, and python3 -c pass under `ulimit -v 24576` (where it runs under
+#      16384 without the library).
+#   2. A small program (tests/footprint_prog) commits less than 4 MiB more with the
+#      library than without: committed = private writable mappings, which is what
+#      the kernel charges against its overcommit limit.
+# Runs under tests/preload.sh, so LD_PRELOAD holds the library under test.
+. "$(dirname "$0")/testlib.sh"
+lib=${LD_PRELOAD:?run through tests/preload.sh}
+prog="$HZ_BUILDDIR/tests/footprint_prog"
+
+run_limited() { # KIB COMMAND... : run with the library preloaded under ulimit -v KIB;
+    # fails on any message, e.g. the dynamic loader's "cannot be preloaded"
+    kib=$1
+    shift
+    err=$( (ulimit -v "$kib" && LD_PRELOAD="$lib" "$@") 2>&1 >/dev/null) && [ -z "$err" ]
+}
+run_plain() { # KIB COMMAND...
+    kib=$1
+    shift
+    (ulimit -v "$kib" && env -u LD_PRELOAD "$@") >/dev/null 2>&1
+}
+
+check "/bin/true under ulimit -v 16384" run_limited 16384 /bin/true
+check "sh -c under ulimit -v 16384" run_limited 16384 sh -c 'grep -q libhakozuna /proc/$$/maps'
+# python3 starts with more than one segment's worth of pages: 8 MiB above what it
+# needs without the library (about 13 MiB) is the bound.
+if command -v python3 >/dev/null 2>&1 && run_plain 16384 python3 -c pass; then
+    check "python3 -c pass under ulimit -v 24576" run_limited 24576 python3 -c pass
+    check "python3 has the library" run_limited 24576 python3 -c \
+        "import sys; sys.exit('libhakozuna' not in open('/proc/self/maps').read())"
+else
+    skip "python3 does not run under ulimit -v 16384 even without the library"
+fi
+
+with=$(LD_PRELOAD="$lib" "$prog")
+without=$(env -u LD_PRELOAD "$prog")
+echo "committed by footprint_prog: ${with} KiB with the library, ${without} KiB without"
+if [ -n "$with" ] && [ -n "$without" ] && [ $((with - without)) -lt 4096 ]; then
+    pass "a small program commits less than 4 MiB more ($((with - without)) KiB)"
+else
+    fail "a small program commits $((with - without)) KiB more with the library (bound 4096)"
+fi
+finish
