@@ -328,13 +328,16 @@ else
 fi
 
 section "manual pages"
-for page in "hakozuna 3" "hzrun 1" "hzstat 1" "hakozuna-preload 7"; do
+for page in "hakozuna 3" "hzrun 1" "hzstat 1" "hakozuna-preload 7" "hakozuna 7"; do
     # shellcheck disable=SC2086
     check "man -w $page" sh -c "man -w ${page#* } ${page% *} >/dev/null 2>&1"
 done
 check "man -w hzrun (any section)" sh -c 'man -w hzrun >/dev/null 2>&1'
 check "man -w hzstat (any section)" sh -c 'man -w hzstat >/dev/null 2>&1'
 check "examples installed" test -f /usr/share/doc/hakozuna-tools/examples/hakozuna.conf
+for doc in README.md DESIGN.md VARIANTS.md BENCHMARKS.md benchmarks.png PERFORMANCE.md OBSERVABILITY.md; do
+    check "documentation installed: $doc" sh -c "ls /usr/share/doc/hakozuna-tools/$doc* >/dev/null 2>&1"
+done
 
 section "purge"
 for p in $pkgs; do dpkg -L "$p" 2>/dev/null; done | sort -u >"$work/deb/files"
@@ -372,7 +375,7 @@ fi
 tarball="$work/rpmsrc/hakozuna/_dist/hakozuna-$version.tar.gz"
 check "make dist made hakozuna-$version.tar.gz" test -f "$tarball"
 for f in man/hakozuna.3 man/hzrun.1 man/hzstat.1 man/hakozuna-preload.7 tools/hzstat.c \
-    tools/systemd/hakozuna.conf rpm/hakozuna.spec debian/control; do
+    man/hakozuna.7 tools/systemd/hakozuna.conf rpm/hakozuna.spec debian/control; do
     check "the tarball holds $f" sh -c "tar -tzf '$tarball' | grep -qx 'hakozuna-$version/$f'"
 done
 
@@ -418,9 +421,12 @@ check "RPM hakozuna-devel holds hakozuna.pc" rpm_has hakozuna-devel '/usr/lib[0-
 check "RPM hakozuna-devel holds hakozuna(3)" rpm_has hakozuna-devel '/usr/share/man/man3/hakozuna\.3(\.gz|\.bz2|\.xz|\.zst)?'
 check "RPM hakozuna-tools holds hzrun" rpm_has hakozuna-tools /usr/bin/hzrun
 check "RPM hakozuna-tools holds hzstat" rpm_has hakozuna-tools /usr/bin/hzstat
-for page in man1/hzrun.1 man1/hzstat.1 man7/hakozuna-preload.7; do
+for page in man1/hzrun.1 man1/hzstat.1 man7/hakozuna-preload.7 man7/hakozuna.7; do
     check "RPM hakozuna-tools holds ${page#*/}" \
         rpm_has hakozuna-tools "/usr/share/man/${page//./\\.}(\\.gz|\\.bz2|\\.xz|\\.zst)?"
+done
+for doc in VARIANTS.md BENCHMARKS.md; do
+    check "RPM hakozuna-tools holds $doc" rpm_has hakozuna-tools "/usr/share/doc/hakozuna/$doc"
 done
 check "RPM hakozuna-tools holds the systemd example" \
     rpm_has hakozuna-tools '/usr/share/doc/hakozuna/examples/hakozuna\.conf'
