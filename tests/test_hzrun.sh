@@ -90,6 +90,9 @@ check "--print-env --stats adds HAKOZUNA_STATS=1" \
 HAKOZUNA_STATS=1"
 run --print-env bogus
 expect_rc "--print-env with an unknown variant" 2 $rc
+run_libdir "$tmp/nolib" --print-env "$variant"
+expect_rc "--print-env with the library directory missing" 3 $rc
+check "  says why, prints no environment" sh -c "grep -q 'no such library' '$tmp/e' && [ ! -s '$tmp/o' ]"
 
 # ------------------------------------------------------------- --check
 run -v "$variant" --check /bin/true
@@ -129,6 +132,26 @@ if [ -n "$suid" ]; then
     check "  says LD_PRELOAD does not apply" grep -q 'LD_PRELOAD does not apply' "$tmp/e"
 else
     skip "--check on a setuid program: none found"
+fi
+
+# --check: another allocator in the program
+own=${HZ_OWN_MALLOC_PROG:-}
+if [ -n "$own" ] && [ -x "$own" ]; then
+    run -v "$variant" --check "$own"
+    expect_rc "--check on a program with a malloc of its own" 3 $rc
+    check "  says malloc comes from the program, not hakozuna" \
+        grep -q "malloc.* come from $own, not from hakozuna" "$tmp/e"
+    check "  names the built-in allocator (mi_malloc)" grep -q 'another allocator built in (it names mi_malloc)' "$tmp/e"
+else
+    fail "HZ_OWN_MALLOC_PROG is not set to the built tests/own_malloc"
+fi
+if printf '#include <stdlib.h>\nint main(void){void*p=malloc(64);free(p);return p==NULL;}\n' |
+    cc -x c -o "$tmp/with_jemalloc" - -ljemalloc 2>/dev/null; then
+    run -v "$variant" --check "$tmp/with_jemalloc"
+    expect_rc "--check on a program linked with jemalloc" 3 $rc
+    check "  says it loads jemalloc and what that means" grep -q 'loads .*libjemalloc.*split heap' "$tmp/e"
+else
+    skip "--check on a program linked with jemalloc: no libjemalloc-dev"
 fi
 
 # ------------------------------------------------ running a command
@@ -184,14 +207,24 @@ pf=$root/etc/ld.so.preload
 run --system status --root "$root"
 expect_rc "--system status: no preload file" 1 $rc
 
-printf '# site preloads\n/usr/lib/libkeep.so /usr/lib/libkeep2.so # trailing comment\n' >"$pf"
+# enable checks the library under the root, not the one of this system
+run --system enable --root "$root" -v "$variant"
+expect_rc "--system enable --root: library missing under the root" 3 $rc
+check "  says it does not exist under the root" grep -q "does not exist under $root" "$tmp/e"
+check "  no file written" test ! -e "$pf"
+mkdir -p "$root$(dirname "$lib")"
+cp "$lib" "$root$lib"
+
+printf '# site preloads\n/usr/lib/libkeep.so /usr/lib/libkeep2.so\n' >"$pf"
 cp "$pf" "$tmp/orig"
 ino_before=$(stat -c %i "$pf")
 run --system enable --root "$root" -v "$variant"
 expect_rc "--system enable" 0 $rc
 check "  the library is listed once" test "$(grep -c -F "$lib" "$pf")" -eq 1
-check "  ... first" test "$(head -n 1 "$pf")" = "$lib"
-check "  other entries and comments kept" test "$(tail -n +2 "$pf")" = "$(cat "$tmp/orig")"
+check "  ... after the comment, before the other entries" \
+    test "$(cat "$pf")" = "# site preloads
+$lib
+/usr/lib/libkeep.so /usr/lib/libkeep2.so"
 check "  written by rename (new inode)" test "$(stat -c %i "$pf")" != "$ino_before"
 check "  mode 0644" test "$(stat -c %a "$pf")" = 644
 check "  no temporary file left" test "$(ls -A "$root/etc")" = ld.so.preload
@@ -203,24 +236,76 @@ expect_rc "--system enable again" 0 $rc
 check "  idempotent: file unchanged" cmp -s "$pf" "$tmp/enabled"
 check "  says already enabled" grep -q 'already enabled' "$tmp/o"
 
-# status: the library must exist under the root, else the entry is broken
-run --system status --root "$root"
-expect_rc "--system status: library missing under the root" 3 $rc
-check "  says BROKEN" grep -q 'BROKEN' "$tmp/o"
-mkdir -p "$root$(dirname "$lib")"
+# status proves that the entry under the root loads, and says why not
+broken_status() { # DESCRIPTION REASON-PATTERN
+    run --system status --root "$root"
+    expect_rc "--system status: $1" 3 $rc
+    check "  says BROKEN: $2" grep -q "BROKEN: $lib .*$2" "$tmp/o"
+    run --system enable --root "$root" -v "$variant"
+    expect_rc "  --system enable refuses it" 3 $rc
+    check "  file unchanged" cmp -s "$pf" "$tmp/enabled"
+    cp "$lib" "$root$lib"
+    chmod 644 "$root$lib"
+}
+mv "$root$lib" "$root$lib.away"
+broken_status "library missing under the root" 'does not exist'
+rm -f "$root$lib.away"
+head -c 4096 "$lib" >"$root$lib"
+broken_status "library truncated to 4 KiB" 'kills every program.*SIGBUS'
+chmod 600 "$root$lib"
+broken_status "library readable by root only" 'not readable by every user'
+# The same library, marked as built for another machine (e_machine = 0xb7, aarch64).
 cp "$lib" "$root$lib"
+printf '\267\000' | dd of="$root$lib" bs=1 seek=18 conv=notrunc 2>/dev/null
+broken_status "library of another architecture" 'built for aarch64'
 run --system status --root "$root"
 expect_rc "--system status: enabled" 0 $rc
 check "  names the library and other entries" grep -q "enabled: $lib" "$tmp/o"
 check "  lists the other entries" grep -q 'libkeep2.so' "$tmp/o"
 
 # a library that does not load is never enabled
+mkdir -p "$root$tmp/badlib"
+cp "$tmp/badlib/${lib##*/}" "$root$tmp/badlib/"
 run_libdir "$tmp/badlib" --system enable --root "$root" -v "$variant"
 expect_rc "--system enable with a library that does not load" 3 $rc
 check "  file unchanged" cmp -s "$pf" "$tmp/enabled"
 run_libdir "$tmp/nolib" --system enable --root "$root"
 expect_rc "--system enable with a missing library" 3 $rc
 check "  file unchanged" cmp -s "$pf" "$tmp/enabled"
+
+# The loader (glibc 2.36) skips the first comment of the file, and later ones
+# only inside a window that shrinks with each comment before them: the words of
+# a comment after a library line are loaded as libraries.
+long='# a comment line at the top, longer than the library lines below it, as they often are'
+printf '# a\n%s\n# keep these two words\n' "$lib" >"$pf"
+run --system status --root "$root"
+expect_rc "--system status with a comment after the library" 0 $rc
+check "  warns that the loader reads the end of that comment as a library" \
+    grep -q 'the loader reads "ds" as a library' "$tmp/e"
+run --system enable --root "$root" -v "$variant"
+expect_rc "--system enable rewrites it" 0 $rc
+check "  with the comments first, read as written" test "$(cat "$pf")" = "# a
+# keep these two words
+$lib"
+run --system status --root "$root"
+check "  status no longer warns" test ! -s "$tmp/e"
+printf '%s\n/usr/lib/libkeep.so # two words\n' "$long" >"$pf"
+cp "$pf" "$tmp/two-comments"
+run --system enable --root "$root" -v "$variant"
+expect_rc "--system enable refuses a file the loader would misread" 4 $rc
+check "  says which words" grep -q 'the loader reads "words" as a library' "$tmp/e"
+check "  file unchanged" cmp -s "$pf" "$tmp/two-comments"
+printf '/usr/lib/libkeep.so\r\n' >"$pf"
+run --system status --root "$root"
+check "--system status warns about a carriage return" grep -q 'carriage return' "$tmp/e"
+printf '%s\n/usr/lib/libkeep.so\n# %s\n' "$long" "$lib" >"$pf"
+run --system status --root "$root"
+expect_rc "--system status: a hakozuna library the loader reads out of a comment" 0 $rc
+check "  counts as enabled" grep -q "enabled: $lib" "$tmp/o"
+run --system disable --root "$root"
+check "  disable takes that comment out too" test "$(cat "$pf")" = "$long
+/usr/lib/libkeep.so"
+cp "$tmp/enabled" "$pf"
 
 run --system disable --root "$root"
 expect_rc "--system disable" 0 $rc
