@@ -18,6 +18,13 @@
 #   HZ_SRCDIR   the source tree (default: the directory above this script)
 #   HZ_KEEP=1   keep the temporary directory (it is printed)
 #
+#   5. in a minimal root assembled from this system's packages: installs the
+#      .debs with the root's dpkg, enables the system-wide preload there, upgrades
+#      while programs keep starting, breaks the library (status must say so),
+#      checks hzrun's reading of the file against the loader's, removes and
+#      purges with the preload enabled, and runs the RPM erase scriptlet: every
+#      command must keep running without a loader error at each step.
+#
 # Skips (exit 77) when not run as root or not on Debian (no dpkg-buildpackage).
 # Prints "N passed, M failed"; exits 1 if anything failed.
 
@@ -70,10 +77,10 @@ libname() { if [ "$1" = default ]; then echo libhakozuna.so.0; else echo "libhak
 
 # Tools the test needs besides dpkg-buildpackage: install what is missing.
 need=""
-for t in lintian:lintian rpmbuild:rpm man:man-db fakeroot:fakeroot dh:debhelper \
+for t in lintian:lintian rpmbuild:rpm man:man-db fakeroot:fakeroot dh:debhelper cpio:cpio \
     readelf:binutils autoreconf:autoconf automake:automake libtoolize:libtool \
-    pkg-config:pkg-config cc:gcc; do
-    command -v "${t%%:*}" >/dev/null 2>&1 || need="$need ${t#*:}"
+    pkg-config:pkg-config cc:gcc /usr/include/jemalloc/jemalloc.h:libjemalloc-dev; do
+    command -v "${t%%:*}" >/dev/null 2>&1 || [ -e "${t%%:*}" ] || need="$need ${t#*:}"
 done
 if [ -n "$need" ]; then
     echo "installing:$need"
@@ -259,6 +266,20 @@ for v in $variants; do
 done
 check "hzrun fails (exit 3) when the library is missing" \
     sh -c 'HZRUN_LIBDIR=/nonexistent-dir "$1" true 2>/dev/null; [ $? -eq 3 ]' sh "$HZRUN"
+check "hzrun --print-env fails (exit 3) when the library is missing" \
+    sh -c 'HZRUN_LIBDIR=/nonexistent-dir "$1" --print-env >/dev/null 2>&1; [ $? -eq 3 ]' sh "$HZRUN"
+# A program linked with Debian's jemalloc (libjemalloc-dev), as Debian's redis is.
+printf '#include <stdlib.h>\n#include <stdio.h>\nint main(void) { char *p = malloc(64); puts(p ? "ok" : "no"); free(p); return 0; }\n' >"$work/je.c"
+if cc -o "$work/je" "$work/je.c" -ljemalloc 2>"$work/cc.err"; then
+    "$HZRUN" --check "$work/je" >/dev/null 2>"$work/je.err"
+    rc=$?
+    cat "$work/je.err"
+    check "hzrun --check on a program linked with jemalloc: exit 3, names jemalloc and the split heap" \
+        sh -c "[ $rc -eq 3 ] && grep -q 'libjemalloc.*split heap' '$work/je.err'"
+else
+    cat "$work/cc.err"
+    fail "a program links with -ljemalloc (libjemalloc-dev)"
+fi
 
 section "hzstat"
 if [ -x "$HZSTAT" ]; then
@@ -338,6 +359,165 @@ check "examples installed" test -f /usr/share/doc/hakozuna-tools/examples/hakozu
 for doc in README.md DESIGN.md VARIANTS.md BENCHMARKS.md benchmarks.png PERFORMANCE.md OBSERVABILITY.md; do
     check "documentation installed: $doc" sh -c "ls /usr/share/doc/hakozuna-tools/$doc* >/dev/null 2>&1"
 done
+
+# ------------------------------------------ system-wide preload in a root
+# A minimal Debian root assembled from this system's own packages (dpkg, the
+# shell and the tools hzrun and dpkg use, with their dependencies): the .debs
+# are installed into it with its own dpkg, hakozuna is preloaded into every
+# program there through its /etc/ld.so.preload, and it must keep every program
+# working through upgrade, removal and purge.
+section "system-wide preload in a root (chroot)"
+root_pkgs="dpkg libc-bin dash coreutils sed grep mawk diffutils findutils tar debianutils"
+closure() { # PACKAGE...: the packages and everything they depend on, installed here
+    local todo="$*" seen=" " p deps d alt
+    while [ -n "$todo" ]; do
+        set -- $todo
+        p=$1
+        shift
+        todo="$*"
+        case $seen in *" $p "*) continue ;; esac
+        seen="$seen$p "
+        echo "$p"
+        deps=$(dpkg-query -W -f '${Pre-Depends}, ${Depends}' "$p" 2>/dev/null)
+        for d in $(printf '%s\n' "$deps" | tr ',' '\n' | sed 's/([^)]*)//g; s/:any//g; s/ //g'); do
+            for alt in $(printf '%s\n' "$d" | tr '|' ' '); do
+                if dpkg-query -W -f '${Status}' "$alt" 2>/dev/null | grep -q 'ok installed'; then
+                    todo="$todo $alt"
+                    break
+                fi
+            done
+        done
+    done
+}
+assemble_root() { # DIR
+    local r=$1 p
+    mkdir -p "$r/usr/bin" "$r/usr/sbin" "$r/usr/lib" "$r/usr/lib64" "$r/etc" "$r/dev" "$r/debs" \
+        "$r/var/lib/dpkg/info" "$r/var/lib/dpkg/updates" "$r/var/lib/dpkg/triggers" "$r/var/log"
+    for d in bin sbin lib lib64; do [ -L "/$d" ] && ln -s "usr/$d" "$r/$d"; done
+    mkdir -m 1777 "$r/tmp"
+    mknod "$r/dev/null" c 1 3 && chmod 666 "$r/dev/null"
+    grep '^root:' /etc/passwd >"$r/etc/passwd"
+    grep '^root:' /etc/group >"$r/etc/group"
+    : >"$r/var/lib/dpkg/available"
+    closure $root_pkgs >"$work/root.pkgs"
+    while read -r p; do
+        dpkg -L "$p" 2>/dev/null | while IFS= read -r f; do
+            [ -e "$f" ] || [ -L "$f" ] || continue
+            [ -d "$f" ] && [ ! -L "$f" ] && continue
+            printf '%s\n' "${f#/}"
+        done
+        dpkg-query -s "$p" >>"$r/var/lib/dpkg/status"
+        echo >>"$r/var/lib/dpkg/status"
+        cp -a /var/lib/dpkg/info/"$p".* /var/lib/dpkg/info/"$p":*.* "$r/var/lib/dpkg/info/" 2>/dev/null
+    done <"$work/root.pkgs" | sort -u >"$work/root.files"
+    tar -C / -cf - -T "$work/root.files" 2>/dev/null | tar -C "$r" --keep-directory-symlink -xf -
+    [ -e /var/lib/dpkg/triggers/ldconfig ] && cp /var/lib/dpkg/triggers/ldconfig "$r/var/lib/dpkg/triggers/"
+    : >"$r/var/lib/dpkg/triggers/File"
+    chroot "$r" /sbin/ldconfig
+}
+root=$work/root
+in_root() { chroot "$root" "$@"; }
+runs_clean() { # every command of a sample runs, without a word from the loader
+    in_root /bin/sh -c 'ls / >/dev/null && echo x | sed s/x/y/ | grep -q y &&
+        awk "BEGIN { exit 0 }" && sort /etc/passwd >/dev/null && dpkg -l >/dev/null &&
+        find /usr/bin -name sh >/dev/null && tar --version >/dev/null && date >/dev/null' \
+        >"$work/root.out" 2>"$work/root.err"
+    local rc=$?
+    if [ $rc -ne 0 ] || [ -s "$work/root.err" ]; then
+        echo "exit $rc"
+        cat "$work/root.err"
+        return 1
+    fi
+}
+preloaded_in_root() { # a program of the root really has hakozuna loaded
+    in_root /bin/sh -c 'LD_DEBUG=libs /bin/true' 2>&1 | grep -q "calling init: $libdir/libhakozuna.so.0"
+}
+t0=$(date +%s)
+assemble_root "$root"
+check "a root with dpkg assembled from this system's packages ($(wc -l <"$work/root.pkgs") packages, $(($(date +%s) - t0)) s)" \
+    runs_clean
+for p in libhakozuna0 hakozuna-tools; do cp "$work"/deb/"${p}"_*.deb "$root/debs/"; done
+# The next version, for the upgrade: the same packages, version and dependencies raised.
+mkdir -p "$work/up"
+for d in "$root"/debs/*.deb; do
+    x="$work/up/x"
+    rm -rf "$x"
+    dpkg-deb -R "$d" "$x"
+    sed -i "s/^Version: .*/Version: ${deb_version}+up1/; s/(= ${deb_version})/(= ${deb_version}+up1)/g" "$x/DEBIAN/control"
+    dpkg-deb -b "$x" "$work/up/" >/dev/null
+done
+lib0=$libdir/libhakozuna.so.0
+
+printf '# site preloads\n' >"$root/etc/ld.so.preload"
+printf '%s/libm.so.6\n' "$libdir" >>"$root/etc/ld.so.preload"
+cp "$root/etc/ld.so.preload" "$work/site-preload"
+check "dpkg -i in the root" sh -c "chroot '$root' sh -c 'dpkg -i /debs/*.deb' >'$work/root-install.log' 2>&1"
+check "  installing did not touch the root's /etc/ld.so.preload" cmp -s "$root/etc/ld.so.preload" "$work/site-preload"
+in_root hzrun --system enable >"$work/enable.out" 2>&1
+check "hzrun --system enable in the root" test $? -eq 0
+cat "$work/enable.out" | head -3
+check "  the root's programs load hakozuna" preloaded_in_root
+check "  every command still runs, silently" runs_clean
+check "  the site's entry and comment are kept" \
+    test "$(cat "$root/etc/ld.so.preload")" = "# site preloads
+$lib0
+$libdir/libm.so.6"
+
+# Upgrade while programs keep starting.
+rm -f "$root/tmp/stop"
+in_root /bin/sh -c 'n=0; while [ ! -e /tmp/stop ]; do /bin/true || echo "FAILED: exit $?"; n=$((n + 1)); done; echo "$n runs"' \
+    >"$work/during.out" 2>&1 &
+loop=$!
+cp "$work"/up/*.deb "$root/debs/"
+rm -f "$root"/debs/*_"${deb_version}"_*.deb
+check "upgrade to ${deb_version}+up1 with dpkg -i" \
+    sh -c "chroot '$root' sh -c 'dpkg -i /debs/*.deb' >'$work/root-upgrade.log' 2>&1"
+touch "$root/tmp/stop"
+wait "$loop"
+cat "$work/during.out" | tail -n 1
+check "  no program failed or printed a loader error during the upgrade" \
+    sh -c "! grep -q 'FAILED\|ERROR\|cannot be preloaded' '$work/during.out' '$work/root-upgrade.log'"
+check "  still enabled after the upgrade" sh -c "chroot '$root' hzrun --system status >/dev/null"
+check "  every command still runs" runs_clean
+
+# status on a broken library, from outside with --root (the root's programs
+# would all die: status proves it in a child inside the root).
+cp "$root$lib0" "$work/lib.good"
+head -c 4096 "$work/lib.good" >"$root$lib0"
+"$HZRUN" --system status --root "$root" >"$work/status.out" 2>&1
+rc=$?
+cat "$work/status.out"
+check "hzrun --system status --root: a library truncated to 4 KiB is BROKEN (exit 3)" \
+    sh -c "[ $rc -eq 3 ] && grep -q 'BROKEN.*SIGBUS' '$work/status.out'"
+cat "$work/lib.good" >"$root$lib0"
+check "  and fine again once repaired" sh -c "'$HZRUN' --system status --root '$root' >/dev/null"
+
+# The loader's comment quirk, against the real loader of the root.
+printf '# a\n%s\n# keep these two words\n' "$lib0" >"$root/etc/ld.so.preload"
+loader_says=$(in_root /bin/true 2>&1 | sed -n "s/.*object '\\([^']*\\)' from .*/\\1/p" | sort | tr '\n' ' ')
+hzrun_says=$("$HZRUN" --system status --root "$root" 2>&1 >/dev/null |
+    sed -n 's/.*the loader reads "\([^"]*\)" as a library.*/\1/p' | sort | tr '\n' ' ')
+echo "loader: ${loader_says:-nothing}; hzrun: ${hzrun_says:-nothing}"
+check "hzrun warns about exactly the words the root's loader misreads" \
+    sh -c "[ -n '$loader_says' ] && [ '$loader_says' = '$hzrun_says' ]"
+in_root hzrun --system enable >/dev/null 2>&1
+check "  enable rewrites the file so that the loader reads it as written" runs_clean
+
+# Removal and purge take hakozuna out of the preload first.
+check "dpkg -r hakozuna-tools libhakozuna0 with the preload enabled" \
+    sh -c "chroot '$root' dpkg -r hakozuna-tools libhakozuna0 >'$work/root-remove.log' 2>&1"
+cat "$work/root-remove.log" | grep -i 'preload' | head -3
+check "  the root's /etc/ld.so.preload names no hakozuna library" \
+    sh -c "! grep -q libhakozuna '$root/etc/ld.so.preload' 2>/dev/null"
+check "  every command still runs, silently" runs_clean
+check "reinstall and enable" sh -c "chroot '$root' sh -c 'dpkg -i /debs/*.deb && hzrun --system enable' >/dev/null 2>&1"
+check "  every command still runs" runs_clean
+check "dpkg --purge hakozuna-tools libhakozuna0 with the preload enabled" \
+    sh -c "chroot '$root' dpkg --purge hakozuna-tools libhakozuna0 >'$work/root-purge.log' 2>&1"
+check "  /etc/ld.so.preload names no hakozuna library" \
+    sh -c "! grep -q libhakozuna '$root/etc/ld.so.preload' 2>/dev/null"
+check "  the libraries are gone" sh -c "! ls '$root$libdir'/libhakozuna* >/dev/null 2>&1"
+check "  every command still runs, silently" runs_clean
 
 section "purge"
 for p in $pkgs; do dpkg -L "$p" 2>/dev/null; done | sort -u >"$work/deb/files"
@@ -433,6 +613,22 @@ check "RPM hakozuna-tools holds the systemd example" \
 command -v cpio >/dev/null 2>&1 && check "RPM hzrun points at the RPM library directory" \
     sh -c "rpm2cpio '$(rpm_of hakozuna-tools)' | cpio -i --to-stdout ./usr/bin/hzrun 2>/dev/null |
         grep -q \"^default_libdir='/usr/lib[0-9]*'\""
+
+# The erase scriptlet, run as rpm runs it, in the root with the RPM's files.
+if command -v cpio >/dev/null 2>&1 && [ -d "$root/usr" ]; then
+    rpm2cpio "$(rpm_of hakozuna)" | (cd "$root" && cpio -idm --quiet 2>/dev/null)
+    rpm -qp --scripts "$(rpm_of hakozuna)" 2>/dev/null |
+        awk '/^preuninstall scriptlet/ { on = 1; next } /^[a-z]+ scriptlet/ { on = 0 } on' >"$root/tmp/preun"
+    rpmlib=$(rpm -qlp "$(rpm_of hakozuna)" | grep -m 1 '/libhakozuna\.so\.0$')
+    check "RPM: the erase scriptlet is in the package" grep -q 'hzrun --system disable' "$root/tmp/preun"
+    check "RPM: the package's hzrun enables its library in the root" \
+        sh -c "chroot '$root' ${rpmlib%/*}/hakozuna/hzrun --system enable >/dev/null 2>&1 && grep -q '$rpmlib' '$root/etc/ld.so.preload'"
+    check "RPM: the scriptlet on upgrade (\$1 = 1) keeps the preload" \
+        sh -c "chroot '$root' sh /tmp/preun 1 && grep -q '$rpmlib' '$root/etc/ld.so.preload'"
+    check "RPM: the scriptlet on erase (\$1 = 0) takes hakozuna out of it" \
+        sh -c "chroot '$root' sh /tmp/preun 0 >/dev/null && ! grep -q libhakozuna '$root/etc/ld.so.preload' 2>/dev/null"
+    check "  every command still runs" runs_clean
+fi
 
 echo "== $(($(date +%s) - start)) s"
 finish
