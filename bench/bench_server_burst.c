@@ -20,6 +20,7 @@
  *   phase=steady ms=<n> ops/s=<rate> rss_kb=<n>
  *   phase=burst ms=<n> queued_mb=<n> peak_rss_kb=<n> rss_kb=<after the backlog is freed>
  *   sample t_ms=<since the calm phase began> rss_kb=<n>      (one per 100 ms)
+ *   phase=calm ms=<n> ops/s=<rate> rss_kb=<n>
  *   the result line: ops/s=<rate of the steady and calm traffic> (ops = mallocs
  *   + frees), the parameters, peak_rss_kb=, rss_end_kb= (the last sample) and
  *   kept_blocks= (cache entries alive at the end).
@@ -269,6 +270,8 @@ int main(int argc, char **argv)
     }
     m3 = messages_done(pairs, npairs);
     t3 = bench_now();
+    printf("phase=calm ms=%.0f ops/s=%.0f rss_kb=%ld\n", (t3 - calm_start) * 1e3,
+           bench_rate(2.0 * (double)(m3 - m2), t3 - calm_start), rss);
     atomic_store_explicit(&phase, PHASE_STOP, memory_order_release);
     for (uint64_t i = 0; i < npairs; i++) {
         bench_thread_join(pairs[i].producer);

@@ -68,9 +68,8 @@ if [ "$mode" = demo ]; then
             # Under hzrun --stats, watched live by hzstat from outside the process.
             hzrun --stats -- "$prog" $args >"$out/$who.txt" &
             pid=$!
-            i=0
-            while [ ! -e "/dev/shm/hakozuna.$pid" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-            hzstat -i 1 "$pid" 2>/dev/null | sed 's/^/   hzstat| /' &
+            while [ ! -e "/dev/shm/hakozuna.$pid" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+            hzstat -i 1 "$pid" 2>&1 | sed 's/^/   hzstat| /' &
             watcher=$!
             wait "$pid" || { echo "demo: the program failed under $who" >&2; exit 1; }
             wait "$watcher" 2>/dev/null || :
@@ -84,22 +83,24 @@ if [ "$mode" = demo ]; then
     for entry in glibc= hakozuna= $peers; do
         who=${entry%%=*}
         awk -v who="$who" '
-            /^phase=steady/ { for (i = 1; i <= NF; i++) if ($i ~ /^ops\/s=/) steady = substr($i, 7) }
-            /^phase=burst/ { for (i = 1; i <= NF; i++) if ($i ~ /^rss_kb=/) after = substr($i, 8) }
-            /^bench_server_burst/ { for (i = 1; i <= NF; i++) {
-                split($i, kv, "=")
-                if (kv[1] == "ops/s") ops = kv[2]
-                if (kv[1] == "peak_rss_kb") peak = kv[2]
-                if (kv[1] == "rss_end_kb") end = kv[2] } }
-            END { printf "%s %.2f %.0f %.0f %.0f\n", who, ops / 1e6, peak / 1024, after / 1024, end / 1024 }
+            { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+            /^phase=steady/ { before = v["ops/s"] }
+            /^phase=burst/ { peak = v["peak_rss_kb"]; after = v["rss_kb"] }
+            /^phase=calm/ { calm = v["ops/s"]; end = v["rss_kb"] }
+            END { printf "%s %.3f %.3f %.0f %.0f %.0f\n", who, before / 1e6, calm / 1e6,
+                  peak / 1024, after / 1024, end / 1024 }
         ' "$out/$who.txt"
     done >"$out/table.txt"
-    awk 'BEGIN { printf "%-10s %14s %14s %18s %18s\n", "allocator", "Mops/s", "peak RSS MiB", "RSS after burst", "RSS 3 s later" }
-        { printf "%-10s %14.2f %14.0f %18.0f %18.0f\n", $1, $2, $3, $4, $5 } ' "$out/table.txt" | tee "$out/table.fmt"
-    awk '$1 == "glibc" { g = $0; split(g, G) } $1 == "hakozuna" { split($0, H) }
-        END { if (G[5] > 0 && H[5] > 0 && G[2] > 0)
-            printf "hakozuna vs glibc: %.1fx the throughput; %.0f MiB resident 3 s after the burst where glibc keeps %.0f MiB\n",
-                H[2] / G[2], H[5], G[5] }' "$out/table.txt"
+    awk 'BEGIN { printf "%-9s %14s %14s %9s %12s %12s\n", "", "Mops/s before", "Mops/s after",
+                 "peak RSS", "RSS at end", "RSS 3 s"
+                 printf "%-9s %14s %14s %9s %12s %12s\n", "allocator", "the burst", "the burst",
+                 "MiB", "of burst MiB", "later MiB" }
+        { printf "%-9s %14.3f %14.3f %9.0f %12.0f %12.0f\n", $1, $2, $3, $4, $5, $6 }' \
+        "$out/table.txt" | tee "$out/table.fmt"
+    awk '$1 == "glibc" { split($0, G) } $1 == "hakozuna" { split($0, H) }
+        END { if (G[2] > 0 && G[3] > 0 && G[6] > 0)
+            printf "hakozuna vs glibc: %.2fx and %.2fx the throughput before and after the burst; %.0f MiB resident 3 s after it, glibc %.0f MiB\n",
+                H[2] / G[2], H[3] / G[3], H[6], G[6] }' "$out/table.txt"
     if command -v gnuplot >/dev/null 2>&1; then
         plot=""
         for entry in glibc= hakozuna= $peers; do
