@@ -305,6 +305,20 @@ check "  counts as enabled" grep -q "enabled: $lib" "$tmp/o"
 run --system disable --root "$root"
 check "  disable takes that comment out too" test "$(cat "$pf")" = "$long
 /usr/lib/libkeep.so"
+# disable leaves a file the loader reads as written
+printf '# a\n%s\n# keep these two words\n' "$lib" >"$pf"
+run --system disable --root "$root"
+check "disable: a file left with comments only is removed" test ! -e "$pf"
+printf '%s\n# c\n/usr/lib/libkeep.so\n# keep these two words\n' "$lib" >"$pf"
+run --system disable --root "$root"
+check "disable: comments go first when that makes the loader read them right" \
+    test "$(cat "$pf")" = "# c
+# keep these two words
+/usr/lib/libkeep.so"
+printf '%s\n%s\n/usr/lib/libkeep.so # two words\n' "$long" "$lib" >"$pf"
+run --system disable --root "$root"
+check "disable: comments the loader would still misread are removed, with a note" \
+    sh -c "[ \"\$(cat '$pf')\" = /usr/lib/libkeep.so ] && grep -q 'comments removed' '$tmp/e'"
 cp "$tmp/enabled" "$pf"
 
 run --system disable --root "$root"

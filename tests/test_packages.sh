@@ -399,6 +399,7 @@ assemble_root() { # DIR
     grep '^root:' /etc/passwd >"$r/etc/passwd"
     grep '^root:' /etc/group >"$r/etc/group"
     : >"$r/var/lib/dpkg/available"
+    cp /var/lib/dpkg/info/format "$r/var/lib/dpkg/info/"
     closure $root_pkgs >"$work/root.pkgs"
     while read -r p; do
         dpkg -L "$p" 2>/dev/null | while IFS= read -r f; do
@@ -411,6 +412,7 @@ assemble_root() { # DIR
         cp -a /var/lib/dpkg/info/"$p".* /var/lib/dpkg/info/"$p":*.* "$r/var/lib/dpkg/info/" 2>/dev/null
     done <"$work/root.pkgs" | sort -u >"$work/root.files"
     tar -C / -cf - -T "$work/root.files" 2>/dev/null | tar -C "$r" --keep-directory-symlink -xf -
+    ln -sf mawk "$r/usr/bin/awk" # an alternative, which dpkg -L does not list
     [ -e /var/lib/dpkg/triggers/ldconfig ] && cp /var/lib/dpkg/triggers/ldconfig "$r/var/lib/dpkg/triggers/"
     : >"$r/var/lib/dpkg/triggers/File"
     chroot "$r" /sbin/ldconfig
