@@ -247,6 +247,8 @@ broken_status() { # DESCRIPTION REASON-PATTERN
     cp "$lib" "$root$lib"
     chmod 644 "$root$lib"
 }
+# (The proof does not depend on the variant: these run under the default one.)
+if [ "$variant" = default ]; then
 mv "$root$lib" "$root$lib.away"
 broken_status "library missing under the root" 'does not exist'
 rm -f "$root$lib.away"
@@ -258,6 +260,7 @@ broken_status "library readable by root only" 'not readable by every user'
 cp "$lib" "$root$lib"
 printf '\267\000' | dd of="$root$lib" bs=1 seek=18 conv=notrunc 2>/dev/null
 broken_status "library of another architecture" 'built for aarch64'
+fi
 run --system status --root "$root"
 expect_rc "--system status: enabled" 0 $rc
 check "  names the library and other entries" grep -q "enabled: $lib" "$tmp/o"
@@ -273,6 +276,7 @@ run_libdir "$tmp/nolib" --system enable --root "$root"
 expect_rc "--system enable with a missing library" 3 $rc
 check "  file unchanged" cmp -s "$pf" "$tmp/enabled"
 
+if [ "$variant" = default ]; then
 # The loader (glibc 2.36) skips the first comment of the file, and later ones
 # only inside a window that shrinks with each comment before them: the words of
 # a comment after a library line are loaded as libraries.
@@ -320,6 +324,7 @@ run --system disable --root "$root"
 check "disable: comments the loader would still misread are removed, with a note" \
     sh -c "[ \"\$(cat '$pf')\" = /usr/lib/libkeep.so ] && grep -q 'comments removed' '$tmp/e'"
 cp "$tmp/enabled" "$pf"
+fi
 
 run --system disable --root "$root"
 expect_rc "--system disable" 0 $rc
