@@ -7,7 +7,8 @@
  * child), allocates and frees many blocks of all sizes, runs a thread that
  * allocates, and exits.  A child that is still alive after 10 s is killed and
  * the test fails: an allocator lock left held across fork must show up as a
- * failure, not a hang.  alarm(60) guards the whole test.
+ * failure, not a hang.  alarm(300) guards the whole test: on two cores the four busy
+ * workers leave each child little CPU, so 50 rounds can take a minute with no lock held.
  */
 #include "hz_test.h"
 
@@ -180,7 +181,7 @@ static void child(void **pre, unsigned round)
 
 int main(void)
 {
-    alarm(60);
+    alarm(300);
     hz_test_require_loaded();
     double t0 = hz_test_now();
 
