@@ -191,8 +191,13 @@ if start_prog live --stats; then
     h=$(jnum heaps_created "$tmp/j")
     echo "  mallocs=$m frees=$f remote_frees_sent=$r threads_live=$t heaps_created=$h (program: $N blocks, $THREADS threads)"
     check "  mallocs >= $N" ge "$m" $N
-    check "  frees >= $N" ge "$f" $N
-    check "  remote_frees_sent >= $N (every free was remote)" ge "$r" $N
+    # The checked variant's quarantine holds up to 4096 freed blocks before the core
+    # (and so the counters) sees them, and whichever thread pushes a block out of it
+    # frees it: some of those frees are local.
+    freed=$N remote=$N
+    [ "$variant" = debug ] && freed=$((N - 4096)) remote=1
+    check "  frees >= $freed" ge "$f" $freed
+    check "  remote_frees_sent >= $remote (every free was remote)" ge "$r" $remote
     check "  threads_live >= $THREADS" ge "$t" $THREADS
     check "  heaps_created >= $THREADS" ge "$h" $THREADS
     check "  pid and layout" grep -q "\"pid\":$p,.*\"layout_version\":1" "$tmp/j"
@@ -201,8 +206,8 @@ if start_prog live --stats; then
     expect_rc "hzstat -j -c PID" 0 $?
     # The class of SIZE-byte blocks: size >= SIZE, mallocs and frees >= N.
     cls=$(tr '{' '\n' <"$tmp/jc" | sed -n 's/^"class":\([0-9]*\),"size":\([0-9]*\),"mallocs":\([0-9]*\),"frees":\([0-9]*\),"live":\([0-9]*\)}.*/\1 \2 \3 \4 \5/p' |
-        awk -v s=$SIZE -v n=$N '$2 >= s && $2 < s + s / 4 && $3 >= n && $4 >= n { print; exit }')
-    check "  per-class: a class of >= $SIZE-byte blocks with >= $N mallocs and frees ($cls)" test -n "$cls"
+        awk -v s=$SIZE -v n=$N -v f=$freed '$2 >= s && $2 < s + s / 4 && $3 >= n && $4 >= f { print; exit }')
+    check "  per-class: a class of >= $SIZE-byte blocks with >= $N mallocs and >= $freed frees ($cls)" test -n "$cls"
 
     "$HZSTAT" -c "$p" >"$tmp/t" 2>"$tmp/e"
     expect_rc "hzstat -c PID (text)" 0 $?
