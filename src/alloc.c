@@ -5,30 +5,61 @@
 #include "entry.h"
 #include "hakozuna.h"
 
-static hz_heap_t *heap_or_init(void) {
-    hz_heap_t *heap = hz_tls_heap;
-    return heap != &hz_empty_heap && heap != &hz_exiting_heap ? heap : hz_thread_init();
+/* The allocation slow path proper, marked busy for fork (init.c); heaps nobody owns
+ * get their upkeep from here when it is due. */
+static hz_page_t *page_refill(hz_heap_t *heap, unsigned cls) {
+    heap->busy++;
+    hz_page_t *page = hz_page_ready(heap, cls);
+    heap->busy--;
+    hz_upkeep_tick();
+    return page;
 }
 
-/* A block of class cls from the calling thread's heap; *zero tells whether it is
- * known to be zero past its first word. */
-static void *alloc_class(unsigned cls, bool *zero) {
-    hz_heap_t *heap = heap_or_init();
-    if (hz_unlikely(heap == NULL)) goto oom;
+/* A block of class cls from `heap`; *zero tells whether it is known to be zero past
+ * its first word. */
+static void *class_block(hz_heap_t *heap, unsigned cls, bool *zero) {
     hz_page_t *page = heap->current[cls];
     if (page->free == NULL) page = hz_stash_serve(heap, cls, page);
-    if (page->free == NULL && (page = hz_page_ready(heap, cls)) == NULL) goto oom;
+    if (page->free == NULL && (page = page_refill(heap, cls)) == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
     *zero = page->free_is_zero;
     return hz_page_pop(heap, page, page->free);
-oom:
+}
+
+/* A thread without a heap: its first allocation makes one; a thread past its heap's
+ * destructor allocates from the shared exit heap, under its lock. */
+static HZ_COLD void *class_block_heapless(unsigned cls, bool *zero) {
+    hz_heap_t *heap = hz_thread_init();
+    if (heap != NULL) return class_block(heap, cls, zero);
+    if (hz_tls_heap == &hz_exiting_heap && (heap = hz_exit_heap_lock()) != NULL) {
+        void *p = class_block(heap, cls, zero);
+        hz_exit_heap_unlock(heap);
+        return p;
+    }
     errno = ENOMEM;
     return NULL;
+}
+
+static void *alloc_class(unsigned cls, bool *zero) {
+    hz_heap_t *heap = hz_tls_heap;
+    if (hz_unlikely(heap == &hz_empty_heap || heap == &hz_exiting_heap))
+        return class_block_heapless(cls, zero);
+    return class_block(heap, cls, zero);
+}
+
+/* Large blocks need no heap, but the process must be set up (page size, fork
+ * handlers) even when one is its first allocation. */
+static void *large_alloc(size_t size, size_t alignment, bool *zero) {
+    if (hz_unlikely(hz_tls_heap == &hz_empty_heap)) (void)hz_thread_init();
+    return hz_large_alloc(size, alignment, zero);
 }
 
 /* Behind hz_alloc_fast: first call of a thread, empty page, or a large request. */
 void *hz_alloc_slow(size_t size) {
     bool zero;
-    if (size > HZ_MEDIUM_MAX) return hz_large_alloc(size, 0, &zero);
+    if (size > HZ_MEDIUM_MAX) return large_alloc(size, 0, &zero);
     return alloc_class(hz_size_class(size), &zero);
 }
 
@@ -58,7 +89,7 @@ void *hz_calloc_impl(size_t count, size_t size) {
             return p;
         }
     } else {
-        p = hz_large_alloc(total, 0, &zero);
+        p = large_alloc(total, 0, &zero);
     }
     if (p != NULL && !zero) memset(p, 0, total);
     return p;
@@ -138,20 +169,14 @@ void *hz_aligned_impl(size_t alignment, size_t size) {
         if (cls != 0) return alloc_class(cls, &zero);
     }
     bool zero;
-    return hz_large_alloc(size, alignment, &zero);
+    return large_alloc(size, alignment, &zero);
 }
 
 int hz_trim_impl(void) {
     uint64_t before = atomic_load(&hz_gstats.bytes_purged) + atomic_load(&hz_gstats.bytes_unmapped);
     hz_heap_t *heap = hz_tls_heap;
-    if (heap != &hz_empty_heap && heap != &hz_exiting_heap) {
-        hz_outbox_flush_all(heap);
-        hz_heap_collect(heap);
-        hz_heap_retire_empty(heap);
-        hz_heap_purge(heap, true);
-        hz_heap_release_segments(heap, true);
-    }
-    if (hz_process_ready()) hz_drain_abandoned();
+    if (heap != &hz_empty_heap && heap != &hz_exiting_heap) hz_heap_tidy(heap, HZ_TIDY_ALL);
+    if (hz_process_ready()) hz_heaps_trim();
     bool dropped = hz_segment_cache_trim();
     dropped |= hz_large_cache_trim();
     uint64_t after = atomic_load(&hz_gstats.bytes_purged) + atomic_load(&hz_gstats.bytes_unmapped);

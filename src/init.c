@@ -1,4 +1,4 @@
-/* init.c - process start, thread heaps (create, adopt, abandon) and fork.
+/* init.c - process start, thread start and exit, the allocator's locks, and fork.
  *
  * malloc may run before any constructor and re-entrantly while we initialise (a
  * preloaded library's dlsym calling calloc, libc registering our handlers), so:
@@ -23,14 +23,10 @@ __thread hz_heap_t *hz_tls_heap __attribute__((tls_model("initial-exec"))) = &hz
 
 enum { PROC_UNINIT, PROC_INITIALIZING, PROC_READY };
 static _Atomic int proc_state;
-static _Atomic int hooks_state; /* pthread key and atfork handlers */
+enum { KEY_NONE, KEY_MAKING, KEY_READY, KEY_FAILED };
+static _Atomic int key_state;
 static pthread_key_t heap_key;
-static bool heap_key_ok;
-
-static hz_lock_t heaps_lock; /* registry and abandoned list */
-static hz_heap_t *all_heaps;
-static hz_heap_t *abandoned;
-static size_t abandoned_dirty; /* freed resident bytes in abandoned heaps */
+static _Atomic int atfork_registered;
 
 static void thread_done(void *arg);
 static void fork_prepare(void);
@@ -48,169 +44,161 @@ static void process_init_core(void) {
     while (atomic_load_explicit(&proc_state, memory_order_acquire) != PROC_READY) hz_os_yield();
 }
 
-/* Registration calls into libc, which may allocate: done once the core is ready. */
-static void process_init_hooks(void) {
-    int expect = 0;
-    if (!atomic_compare_exchange_strong(&hooks_state, &expect, 1)) return;
-    heap_key_ok = pthread_key_create(&heap_key, thread_done) == 0;
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-    atomic_store(&hooks_state, 2);
-}
-
 bool hz_process_ready(void) {
     return atomic_load_explicit(&proc_state, memory_order_acquire) == PROC_READY;
 }
 
-static void heap_reset(hz_heap_t *heap) {
-    for (unsigned i = 0; i < HZ_DIRECT_SLOTS; i++) heap->direct[i] = &hz_empty_page;
-    for (unsigned c = 0; c < HZ_CLASSES; c++) heap->current[c] = &hz_empty_page;
-    hz_stash_init(heap);
-}
-
-static hz_heap_t *heap_create(void) {
-    hz_heap_t *heap = hz_meta_alloc(sizeof(hz_heap_t));
-    if (heap == NULL) return NULL;
-    memset(heap, 0, sizeof *heap);
-    heap_reset(heap);
-    heap->state = HZ_HEAP_OWNED;
-    hz_lock_acquire(&heaps_lock);
-    heap->next_all = all_heaps;
-    all_heaps = heap;
-    hz_lock_release(&heaps_lock);
-    hz_gstat_add(heaps_created, 1);
-    return heap;
-}
-
-static hz_heap_t *heap_adopt(void) {
-    hz_lock_acquire(&heaps_lock);
-    hz_heap_t *heap = abandoned;
-    if (heap != NULL) {
-        abandoned = heap->next_abandoned;
-        heap->next_abandoned = NULL;
-        heap->state = HZ_HEAP_OWNED;
-        abandoned_dirty -= heap->dirty_bytes < abandoned_dirty ? heap->dirty_bytes : abandoned_dirty;
+/* The heap key, made once.  Threads that arrive while it is being made wait for it:
+ * without it their heaps would never be released.  pthread_key_create neither
+ * allocates nor takes a lock, so the thread making it never waits for them. */
+static bool key_ready(void) {
+    int expect = KEY_NONE;
+    if (atomic_compare_exchange_strong(&key_state, &expect, KEY_MAKING)) {
+        bool ok = pthread_key_create(&heap_key, thread_done) == 0;
+        atomic_store_explicit(&key_state, ok ? KEY_READY : KEY_FAILED, memory_order_release);
+        return ok;
     }
-    hz_lock_release(&heaps_lock);
-    if (heap != NULL) hz_gstat_add(heaps_adopted, 1);
-    return heap;
+    int s;
+    while ((s = atomic_load_explicit(&key_state, memory_order_acquire)) == KEY_MAKING)
+        hz_os_yield();
+    return s == KEY_READY;
 }
 
-/* The calling thread's heap, made on its first allocation. */
+/* The calling thread's heap, made on its first allocation: NULL when there is no
+ * memory for one, or for a thread past its heap's destructor. */
 hz_heap_t *hz_thread_init(void) {
-    if (hz_tls_heap != &hz_empty_heap && hz_tls_heap != &hz_exiting_heap) return hz_tls_heap;
+    if (hz_tls_heap != &hz_empty_heap)
+        return hz_tls_heap == &hz_exiting_heap ? NULL : hz_tls_heap;
     process_init_core();
-    hz_heap_t *heap = heap_adopt();
-    if (heap == NULL) heap = heap_create();
+    hz_heap_t *heap = hz_heap_acquire();
     if (heap == NULL) return NULL;
     hz_tls_heap = heap; /* before anything that may allocate */
     hz_gstat_add(threads_live, 1);
-    process_init_hooks();
-    if (heap_key_ok) pthread_setspecific(heap_key, heap);
+    if (key_ready()) pthread_setspecific(heap_key, heap);
+    /* Registration may allocate (it does not wait for other threads). */
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&atfork_registered, &expect, 1))
+        pthread_atfork(fork_prepare, fork_parent, fork_child);
+    heap->busy++;
     hz_heap_collect(heap);
+    heap->busy--;
     return heap;
 }
 
-/* Abandoned heaps keep their freed memory resident for the next thread to adopt
- * them, up to this much in all: short-lived threads then cost no madvise and
- * page-fault round trip.  Beyond it, exiting threads purge. */
-#define ABANDONED_DIRTY_MAX ((size_t)4 * HZ_DIRTY_BUDGET)
-
-/* Give up a heap: return what can be returned, keep the rest for a future owner. */
-static void heap_abandon(hz_heap_t *heap) {
-    hz_outbox_flush_all(heap);
-    hz_heap_collect(heap);
-    hz_heap_retire_empty(heap);
-    hz_lock_acquire(&heaps_lock);
-    bool keep = abandoned_dirty + heap->dirty_bytes <= ABANDONED_DIRTY_MAX;
-    if (keep) abandoned_dirty += heap->dirty_bytes;
-    hz_lock_release(&heaps_lock);
-    if (!keep) {
-        hz_heap_purge(heap, true);
-        hz_heap_release_segments(heap, true);
-    }
-    heap_reset(heap);
-    hz_lock_acquire(&heaps_lock);
-    heap->state = HZ_HEAP_ABANDONED;
-    heap->next_abandoned = abandoned;
-    abandoned = heap;
-    hz_lock_release(&heaps_lock);
-}
-
 /* Key destructor at thread exit.  Later destructors that free still work: the thread
- * is heapless and its frees go straight to the owners' inboxes; one that allocates
- * gets a heap again (and this destructor runs again in the next round). */
+ * is heapless and its frees go straight to the owners' inboxes; those that allocate
+ * use the shared exit heap (heap.c), so no destructor round can leave a heap behind. */
 static void thread_done(void *arg) {
     hz_heap_t *heap = arg;
     if (heap == NULL || heap != hz_tls_heap) return;
     hz_tls_heap = &hz_exiting_heap;
-    heap_abandon(heap);
+    hz_heap_abandon(heap);
     hz_gstat_sub(threads_live, 1);
+    hz_upkeep_tick();
     hz_shm_tick();
 }
 
-/* Blocks freed into abandoned heaps wait in their inboxes; put them back on their
- * pages so empty pages and segments can be returned. */
-void hz_drain_abandoned(void) {
-    hz_heap_t *list;
-    hz_lock_acquire(&heaps_lock);
-    list = abandoned;
-    abandoned = NULL;
-    hz_lock_release(&heaps_lock);
-    while (list != NULL) {
-        hz_heap_t *heap = list;
-        list = heap->next_abandoned;
-        hz_heap_collect(heap);
-        hz_heap_retire_empty(heap);
-        hz_heap_purge(heap, true);
-        hz_heap_release_segments(heap, false);
-        heap_reset(heap);
-        hz_lock_acquire(&heaps_lock);
-        heap->next_abandoned = abandoned;
-        abandoned = heap;
-        hz_lock_release(&heaps_lock);
+/* ---------------------------------------------------------------- locks
+ * A thread's token is the address of its heap pointer: unique among live threads,
+ * the same in a fork child, readable in a signal handler, and 8-byte aligned, which
+ * leaves bit 0 for HZ_LOCK_FORK. */
+static uintptr_t thread_token(void) { return (uintptr_t)&hz_tls_heap; }
+
+bool hz_lock_acquire(hz_lock_t *l) {
+    uintptr_t me = thread_token();
+    uintptr_t h = atomic_load_explicit(&l->holder, memory_order_relaxed);
+    if ((h & ~HZ_LOCK_FORK) == me) return (h & HZ_LOCK_FORK) != 0;
+    for (unsigned spins = 0;; spins++) {
+        uintptr_t expect = 0;
+        if (atomic_compare_exchange_weak_explicit(&l->holder, &expect, me, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return true;
+        while (atomic_load_explicit(&l->holder, memory_order_relaxed) != 0) {
+            if (++spins > 64) hz_os_yield(); /* a 2-core box must let the holder run */
+        }
     }
 }
 
-void hz_heaps_visit(hz_heap_visit_fn fn, void *arg) {
-    hz_lock_acquire(&heaps_lock);
-    hz_heap_t *first = all_heaps;
-    hz_lock_release(&heaps_lock);
-    /* Heaps are never freed and only pushed at the head: walking without the lock
-     * is safe. */
-    for (hz_heap_t *h = first; h != NULL; h = h->next_all) fn(h, arg);
+/* Never waits, and fails for a lock this thread holds in any way. */
+bool hz_lock_try(hz_lock_t *l) {
+    uintptr_t expect = 0;
+    return atomic_compare_exchange_strong_explicit(&l->holder, &expect, thread_token(),
+                                                   memory_order_acquire, memory_order_relaxed);
 }
 
-/* fork: take every global lock in a fixed order so the child inherits them free and
- * consistent.  Heaps of the parent's other threads may be mid-update in the child:
- * they are orphaned (never adopted), their blocks stay valid and freeable. */
+/* ----------------------------------------------------------------- fork
+ * Our prepare handler takes every global lock, in the order code nests them, marked
+ * as held across fork; parent and child handlers give them back.  Whichever order the
+ * program's atfork handlers were registered in relative to ours, and whatever they
+ * allocate, the forking thread's own acquisitions pass through while it holds them
+ * (no other thread can be inside one), so fork never waits for itself.
+ *
+ * fork from a signal handler that interrupted the allocator in the same thread: the
+ * locks that thread holds are left alone (it cannot wait for itself), the child
+ * forgets what they guard, and the child's thread starts a new heap if its own was
+ * mid-update.  Below such a lock in the order, another holder may be waiting for it:
+ * prepare waits for those only so long, then the child forgets them too. */
+static const struct {
+    hz_lock_t *(*lock)(void);
+    void (*forget)(void); /* NULL: nothing to forget */
+} fork_locks[] = {
+    {hz_upkeep_lock, NULL}, /* heaps mid-upkeep are off every list: the child skips them */
+    {hz_exit_lock, hz_exit_heap_forget},
+    {hz_heaps_lock, hz_heaps_forget},
+    {hz_segment_cache_lock, hz_segment_cache_forget},
+    {hz_large_lock, hz_large_cache_forget},
+    {hz_meta_lock, hz_meta_forget},
+};
+#define FORK_LOCKS (sizeof fork_locks / sizeof fork_locks[0])
+#define FORK_BOUNDED_SPINS 100000u
+static unsigned fork_taken; /* bit i: prepare holds fork_locks[i] */
+
+static bool fork_take(hz_lock_t *l, bool bounded) {
+    uintptr_t mine = thread_token() | HZ_LOCK_FORK;
+    for (unsigned spins = 0;; spins++) {
+        uintptr_t expect = 0;
+        if (atomic_compare_exchange_weak_explicit(&l->holder, &expect, mine,
+                                                  memory_order_acquire, memory_order_relaxed))
+            return true;
+        if (bounded && spins > FORK_BOUNDED_SPINS) return false;
+        if (spins > 64) hz_os_yield();
+    }
+}
+
 static void fork_prepare(void) {
-    hz_lock_acquire(&heaps_lock);
-    hz_lock_acquire(hz_segment_cache_lock());
-    hz_lock_acquire(hz_large_lock());
-    hz_lock_acquire(hz_meta_lock());
+    uintptr_t me = thread_token();
+    unsigned below = 0; /* locks before the last one this thread holds */
+    for (unsigned i = 0; i < FORK_LOCKS; i++)
+        if (atomic_load_explicit(&fork_locks[i].lock()->holder, memory_order_relaxed) == me)
+            below = i;
+    unsigned taken = 0;
+    for (unsigned i = 0; i < FORK_LOCKS; i++) {
+        hz_lock_t *l = fork_locks[i].lock();
+        if (atomic_load_explicit(&l->holder, memory_order_relaxed) == me) continue;
+        if (fork_take(l, i < below)) taken |= 1u << i;
+    }
+    fork_taken = taken;
 }
 
 static void fork_parent(void) {
-    hz_lock_release(hz_meta_lock());
-    hz_lock_release(hz_large_lock());
-    hz_lock_release(hz_segment_cache_lock());
-    hz_lock_release(&heaps_lock);
+    for (unsigned i = 0; i < FORK_LOCKS; i++)
+        if (fork_taken & (1u << i))
+            atomic_store_explicit(&fork_locks[i].lock()->holder, 0, memory_order_release);
 }
 
 static void fork_child(void) {
-    fork_parent();
-    uint64_t live = 0;
-    for (hz_heap_t *h = all_heaps; h != NULL; h = h->next_all) {
-        if (h == hz_tls_heap) {
-            live = 1;
-        } else if (h->state == HZ_HEAP_OWNED) {
-            h->state = HZ_HEAP_ORPHANED;
-        }
+    for (unsigned i = FORK_LOCKS; i-- > 0;) {
+        if (!(fork_taken & (1u << i)) && fork_locks[i].forget != NULL) fork_locks[i].forget();
+        atomic_store_explicit(&fork_locks[i].lock()->holder, 0, memory_order_release);
     }
-    /* Abandoned heaps were consistent when their threads exited: still adoptable. */
-    atomic_store(&hz_gstats.threads_live, live);
+    fork_taken = 0;
+    hz_heaps_fork_child();
 }
 
-/* Stats export (HAKOZUNA_STATS=1) starts once libc is initialised and ends at exit. */
-__attribute__((constructor)) static void process_start(void) { hz_shm_start(); }
+/* Registered as early as we run: the handlers work whenever they were registered,
+ * but malloc locks are best taken after the program's prepare handlers, which
+ * registering before the program does gives.  Stats export (HAKOZUNA_STATS=1) starts
+ * once libc is initialised and ends at exit. */
+__attribute__((constructor(101))) static void process_start(void) { (void)hz_thread_init(); }
+__attribute__((constructor)) static void process_stats_start(void) { hz_shm_start(); }
 __attribute__((destructor)) static void process_end(void) { hz_shm_stop(); }

@@ -71,11 +71,22 @@ typedef struct hz_stats_snapshot {
 } hz_stats_snapshot_t;
 void hz_stats_snapshot(hz_stats_snapshot_t *snap) HZ_HIDDEN;
 
-/* ---------------------------------------------------------------- locks */
-typedef struct { _Atomic int held; } hz_lock_t;
-void hz_lock_acquire(hz_lock_t *l) HZ_HIDDEN;
+/* ---------------------------------------------------------------- locks
+ * Spin locks that know their holder (a thread's token, the address of its heap
+ * pointer; bit 0 set while held across fork), so that a thread never waits for
+ * itself (init.c):
+ * - inside fork, between our prepare and parent/child handlers, the forking thread
+ *   holds every lock, and its own acquisitions (atfork handlers that allocate) pass
+ *   through;
+ * - a signal handler that re-enters the allocator while its thread holds the lock
+ *   gets false, and must do without what the lock protects. */
+typedef struct { _Atomic uintptr_t holder; } hz_lock_t;
+#define HZ_LOCK_FORK ((uintptr_t)1)
+bool hz_lock_acquire(hz_lock_t *l) __attribute__((warn_unused_result)) HZ_HIDDEN;
+bool hz_lock_try(hz_lock_t *l) __attribute__((warn_unused_result)) HZ_HIDDEN;
 static inline void hz_lock_release(hz_lock_t *l) {
-    atomic_store_explicit(&l->held, 0, memory_order_release);
+    if ((atomic_load_explicit(&l->holder, memory_order_relaxed) & HZ_LOCK_FORK) == 0)
+        atomic_store_explicit(&l->holder, 0, memory_order_release);
 }
 
 /* ------------------------------------------------------------ size classes */
@@ -136,9 +147,14 @@ uint64_t hz_os_now_ms(void) HZ_HIDDEN;
 void hz_os_write_err(const char *msg) HZ_HIDDEN;
 void hz_os_yield(void) HZ_HIDDEN;
 void *hz_meta_alloc(size_t size) HZ_HIDDEN;
+/* Each global lock, and what a fork child does when the forking thread was
+ * interrupted inside it: forget the structure it guards. */
 hz_lock_t *hz_meta_lock(void) HZ_HIDDEN;
+void hz_meta_forget(void) HZ_HIDDEN;
 hz_lock_t *hz_segment_cache_lock(void) HZ_HIDDEN;
+void hz_segment_cache_forget(void) HZ_HIDDEN;
 hz_lock_t *hz_large_lock(void) HZ_HIDDEN;
+void hz_large_cache_forget(void) HZ_HIDDEN;
 
 static inline size_t hz_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
@@ -191,12 +207,37 @@ void hz_large_free(hz_large_t *h) HZ_HIDDEN;
 void *hz_large_realloc(hz_large_t *h, size_t size) HZ_HIDDEN;
 bool hz_large_cache_trim(void) HZ_HIDDEN;
 
+/* ------------------------------------------------------- a heap's life (heap.c) */
+hz_heap_t *hz_heap_acquire(void) HZ_HIDDEN;
+void hz_heap_abandon(hz_heap_t *heap) HZ_HIDDEN;
+enum hz_tidy { HZ_TIDY_TIMED, HZ_TIDY_ALL, HZ_TIDY_ALL_SEGMENTS };
+void hz_heap_tidy(hz_heap_t *heap, enum hz_tidy how) HZ_HIDDEN;
+hz_heap_t *hz_exit_heap_lock(void) HZ_HIDDEN;
+void hz_exit_heap_unlock(hz_heap_t *heap) HZ_HIDDEN;
+void hz_heaps_trim(void) HZ_HIDDEN;
+void hz_heaps_fork_child(void) HZ_HIDDEN;
+/* Their locks, and what a fork child forgets when the forking thread was
+ * interrupted inside one (see hz_meta_forget). */
+hz_lock_t *hz_upkeep_lock(void) HZ_HIDDEN;
+hz_lock_t *hz_exit_lock(void) HZ_HIDDEN;
+void hz_exit_heap_forget(void) HZ_HIDDEN;
+hz_lock_t *hz_heaps_lock(void) HZ_HIDDEN;
+void hz_heaps_forget(void) HZ_HIDDEN;
+typedef void (*hz_heap_visit_fn)(hz_heap_t *heap, void *arg);
+void hz_heaps_visit(hz_heap_visit_fn fn, void *arg) HZ_HIDDEN;
+/* Heaps nobody owns get their remote frees collected and their memory purged by
+ * whichever thread passes through a slow path once it is due (ms; 0: nothing due). */
+extern _Atomic uint64_t hz_upkeep_due HZ_HIDDEN;
+void hz_upkeep_run(void) HZ_HIDDEN;
+void hz_upkeep_mail(void) HZ_HIDDEN;
+HZ_INLINE void hz_upkeep_tick(void) {
+    if (hz_unlikely(atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed) != 0))
+        hz_upkeep_run();
+}
+
 /* -------------------------------------------------- process/thread lifecycle */
 hz_heap_t *hz_thread_init(void) HZ_HIDDEN;
 bool hz_process_ready(void) HZ_HIDDEN;
-void hz_drain_abandoned(void) HZ_HIDDEN;
-typedef void (*hz_heap_visit_fn)(hz_heap_t *heap, void *arg);
-void hz_heaps_visit(hz_heap_visit_fn fn, void *arg) HZ_HIDDEN;
 
 /* ------------------------------------------------------------- entry points */
 void *hz_alloc_slow(size_t size) HZ_HIDDEN;

@@ -13,6 +13,7 @@ static unsigned cache_count;
 static size_t cache_bytes;
 
 hz_lock_t *hz_large_lock(void) { return &large_lock; }
+void hz_large_cache_forget(void) { cache_count = 0; cache_bytes = 0; }
 
 /* The header of the large block p, or NULL if p is not one. The header sits at the
  * segment boundary at or below p - 1 (one segment below p for alignments of a
@@ -29,7 +30,7 @@ static void large_unmap(char *base, size_t map_size) { hz_os_unmap(base, map_siz
 
 static char *cache_take(size_t need, size_t *map_size) {
     char *base = NULL;
-    hz_lock_acquire(&large_lock);
+    if (!hz_lock_acquire(&large_lock)) return NULL;
     unsigned best = LARGE_CACHE_SLOTS;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t s = cache[i].map_size;
@@ -52,7 +53,7 @@ static bool cache_put(char *base, size_t map_size) {
     if (map_size > HZ_LARGE_CACHE_BYTES) return false;
     cached_t evict[LARGE_CACHE_SLOTS];
     unsigned n_evict = 0;
-    hz_lock_acquire(&large_lock);
+    if (!hz_lock_acquire(&large_lock)) return false;
     while (cache_count > 0 &&
            (cache_count == LARGE_CACHE_SLOTS || cache_bytes + map_size > HZ_LARGE_CACHE_BYTES)) {
         evict[n_evict++] = cache[0];
@@ -68,7 +69,7 @@ static bool cache_put(char *base, size_t map_size) {
 
 bool hz_large_cache_trim(void) {
     cached_t drop[LARGE_CACHE_SLOTS];
-    hz_lock_acquire(&large_lock);
+    if (!hz_lock_acquire(&large_lock)) return false;
     unsigned n = cache_count;
     memcpy(drop, cache, n * sizeof drop[0]);
     cache_count = 0;

@@ -230,15 +230,6 @@ void hz_os_write_err(const char *msg) {
 
 void hz_os_yield(void) { sched_yield(); }
 
-void hz_lock_acquire(hz_lock_t *l) {
-    for (unsigned spins = 0;; spins++) {
-        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
-        while (atomic_load_explicit(&l->held, memory_order_relaxed)) {
-            if (++spins > 64) hz_os_yield(); /* a 2-core box must let the holder run */
-        }
-    }
-}
-
 /* Metadata (heaps) comes from its own mappings, 64 KiB at a time (a small process
  * has one or two heaps), and is never freed: heaps are recycled. */
 static hz_lock_t meta_lock;
@@ -246,7 +237,7 @@ static char *meta_cur, *meta_end;
 
 void *hz_meta_alloc(size_t size) {
     size = hz_align_up(size, 64);
-    hz_lock_acquire(&meta_lock);
+    if (!hz_lock_acquire(&meta_lock)) return NULL; /* re-entered from a signal handler */
     if (meta_cur == NULL || (size_t)(meta_end - meta_cur) < size) {
         size_t chunk = hz_align_up(size > HZ_UNIT_SIZE ? size : HZ_UNIT_SIZE, hz_os_page_size());
         char *p = hz_os_map_aligned(chunk, 0);
@@ -265,3 +256,4 @@ void *hz_meta_alloc(size_t size) {
 }
 
 hz_lock_t *hz_meta_lock(void) { return &meta_lock; }
+void hz_meta_forget(void) { meta_cur = meta_end = NULL; }

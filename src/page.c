@@ -89,10 +89,14 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
          * only make the next malloc of this class build it again.  Trim and thread
          * exit retire it. */
         if (heap->current[page->cls] == page && page->units <= 4) return;
+        heap->busy++; /* queues change: a fork from a signal handler must not trust them */
         page_retire(heap, page);
+        heap->busy--;
     } else if (was_full) {
+        heap->busy++;
         queue_push_back(&heap->queues[page->cls], page);
         if (heap->current[page->cls] == &hz_empty_page) hz_set_current(heap, page->cls, page);
+        heap->busy--;
     }
 }
 

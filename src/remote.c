@@ -19,12 +19,16 @@ static void inbox_push(hz_heap_t *owner, const hz_heap_t *sender, void *head, vo
         *(void **)tail = old;
     } while (!atomic_compare_exchange_weak_explicit(inbox, &old, head, memory_order_release,
                                                     memory_order_relaxed));
+    /* Nobody owns the heap (its thread exited): upkeep collects (heap.c). */
+    int state = atomic_load_explicit(&owner->state, memory_order_seq_cst);
+    if (hz_unlikely(state == HZ_HEAP_ABANDONED || state == HZ_HEAP_SHARED)) hz_upkeep_mail();
 }
 
 static void outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
     if (box->count == 0) return;
     inbox_push(box->dest, heap, box->head, box->tail);
     hz_stat_inc(heap->stats.remote_batches);
+    hz_upkeep_tick();
     hz_shm_tick();
     box->head = box->tail = NULL;
     box->count = 0;

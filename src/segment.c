@@ -49,6 +49,7 @@ static hz_segment_t *cache[HZ_SEGMENT_CACHE];
 static unsigned cache_count;
 
 hz_lock_t *hz_segment_cache_lock(void) { return &cache_lock; }
+void hz_segment_cache_forget(void) { cache_count = 0; }
 
 static void segment_release(hz_heap_t *heap, hz_segment_t *seg);
 
@@ -186,9 +187,10 @@ static hz_segment_t *segment_map_new(void) {
 
 static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     hz_segment_t *seg = NULL;
-    hz_lock_acquire(&cache_lock);
-    if (cache_count > 0) seg = cache[--cache_count];
-    hz_lock_release(&cache_lock);
+    if (hz_lock_acquire(&cache_lock)) {
+        if (cache_count > 0) seg = cache[--cache_count];
+        hz_lock_release(&cache_lock);
+    }
     if (seg == NULL && (seg = segment_map_new()) == NULL) return NULL;
     seg->heap = heap;
     seg->free_units = ~0ULL;
@@ -223,18 +225,19 @@ static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
     size_t purged = segment_decommit(seg) + segment_purge(seg, ~0ULL);
     heap->dirty_bytes -= purged < heap->dirty_bytes ? purged : heap->dirty_bytes;
     seg->heap = NULL;
-    hz_lock_acquire(&cache_lock);
-    if (cache_count < HZ_SEGMENT_CACHE) {
-        cache[cache_count++] = seg;
-        seg = NULL;
+    if (hz_lock_acquire(&cache_lock)) {
+        if (cache_count < HZ_SEGMENT_CACHE) {
+            cache[cache_count++] = seg;
+            seg = NULL;
+        }
+        hz_lock_release(&cache_lock);
     }
-    hz_lock_release(&cache_lock);
     if (seg != NULL) segment_unmap(seg);
 }
 
 bool hz_segment_cache_trim(void) {
     hz_segment_t *drop[HZ_SEGMENT_CACHE];
-    hz_lock_acquire(&cache_lock);
+    if (!hz_lock_acquire(&cache_lock)) return false;
     unsigned n = cache_count;
     for (unsigned i = 0; i < n; i++) drop[i] = cache[i];
     cache_count = 0;

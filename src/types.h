@@ -197,7 +197,11 @@ typedef struct hz_heap_stats {
     hz_counter_t pages_retired;
 } hz_heap_stats_t;
 
-enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3 };
+/* OWNED: a thread's.  ABANDONED: its thread exited; consistent, kept up by heap.c and
+ * adopted by the next new thread.  ORPHANED: its thread vanished in a fork (it may
+ * have been mid-update): never touched again.  SHARED: the locked heap of threads
+ * past their own heap's destructor. */
+enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_SHARED = 4 };
 
 typedef struct hz_heap {
     hz_page_t *direct[HZ_DIRECT_SLOTS]; /* (size+15)/16 -> page to allocate from */
@@ -211,7 +215,9 @@ typedef struct hz_heap {
     size_t dirty_bytes;                 /* freed page memory not yet purged */
     size_t used_bytes;                  /* memory in pages */
     uint64_t purge_at_ms;               /* next purge epoch, 0 when none is due */
-    int state;
+    _Atomic int state;                  /* read by threads that free into this heap */
+    int busy;                           /* owner inside a slow path (fork checks it) */
+    size_t listed_dirty;                /* dirty_bytes counted while on the abandoned list */
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
     hz_heap_stats_t stats;

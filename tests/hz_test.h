@@ -24,6 +24,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 
 /* Declarations only: nothing below calls an hz_* function directly. */
 #include "../include/hakozuna.h"
@@ -250,6 +253,43 @@ static inline void hz_test_sleep_ms(long ms)
     ts.tv_sec = ms / 1000;
     ts.tv_nsec = (ms % 1000) * 1000000L;
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ---------------------------------------------------------- processes */
+
+/* Waits up to timeout_ms for child pid; on timeout kills it and returns -1, else its
+ * wait status.  Only async-signal-safe calls: usable in a signal handler. */
+static inline int hz_test_wait_child(pid_t pid, long timeout_ms)
+{
+    for (long waited = 0;; waited++) {
+        int status = 0;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0 && errno != EINTR)
+            return -2;
+        if (waited >= timeout_ms) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            return -1;
+        }
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* A string to stderr with write(2) alone (signal handlers, forked children). */
+static inline void hz_test_say(const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(2, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
     }
 }
 

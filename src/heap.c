@@ -1,0 +1,260 @@
+/* heap.c - a heap's life: made or adopted for a thread; tidied (remote frees
+ * collected, empty pages retired, memory purged); abandoned when its thread exits and
+ * kept up while nobody owns it; and the one shared heap of threads that are past
+ * their own heap's destructor.
+ *
+ * Heaps are never freed.  An exited thread's heap waits on the abandoned list for the
+ * next new thread; meanwhile other threads still free into its inbox, so "upkeep"
+ * collects those blocks and purges its emptied pages on the same time-based policy as
+ * a live heap.  Upkeep has no thread of its own: whichever thread next passes a slow
+ * path once it is due runs it (hz_upkeep_tick).
+ */
+#include "internal.h"
+
+static hz_lock_t heaps_lock; /* registry, abandoned list and abandoned_dirty */
+static hz_heap_t *all_heaps;
+static hz_heap_t *abandoned;
+static size_t abandoned_dirty; /* sum of listed_dirty over the abandoned list */
+
+static hz_lock_t exit_lock; /* the shared heap of exiting threads */
+static hz_heap_t *exit_heap;
+
+static hz_lock_t upkeep_lock;
+_Atomic uint64_t hz_upkeep_due;
+
+/* Abandoned heaps keep freed memory resident for the threads that will adopt them,
+ * up to this much in all: short-lived threads then cost no madvise and page-fault
+ * round trip.  Beyond it, exiting threads purge. */
+#define ABANDONED_DIRTY_MAX ((size_t)4 * HZ_DIRTY_BUDGET)
+/* Blocks freed into a heap nobody owns are collected this soon. */
+#define UPKEEP_MAIL_DELAY_MS (HZ_PURGE_DELAY_MS / 4 + 1)
+
+hz_lock_t *hz_heaps_lock(void) { return &heaps_lock; }
+hz_lock_t *hz_exit_lock(void) { return &exit_lock; }
+hz_lock_t *hz_upkeep_lock(void) { return &upkeep_lock; }
+
+/* The pages the fast path sees: none, so the next allocation takes the slow path. */
+static void heap_reset(hz_heap_t *heap) {
+    for (unsigned i = 0; i < HZ_DIRECT_SLOTS; i++) heap->direct[i] = &hz_empty_page;
+    for (unsigned c = 0; c < HZ_CLASSES; c++) heap->current[c] = &hz_empty_page;
+    hz_stash_init(heap);
+}
+
+static hz_heap_t *heap_create(int state) {
+    hz_heap_t *heap = hz_meta_alloc(sizeof(hz_heap_t));
+    if (heap == NULL) return NULL;
+    memset(heap, 0, sizeof *heap);
+    heap_reset(heap);
+    atomic_store_explicit(&heap->state, state, memory_order_relaxed);
+    if (!hz_lock_acquire(&heaps_lock)) return NULL; /* re-entered from a signal handler */
+    heap->next_all = all_heaps;
+    all_heaps = heap;
+    hz_lock_release(&heaps_lock);
+    hz_gstat_add(heaps_created, 1);
+    return heap;
+}
+
+/* ------------------------------------------------- the abandoned list (heaps_lock) */
+static void list_push(hz_heap_t *heap) {
+    heap->listed_dirty = heap->dirty_bytes;
+    abandoned_dirty += heap->listed_dirty;
+    heap->next_abandoned = abandoned;
+    abandoned = heap;
+}
+
+static hz_heap_t *list_unlink(hz_heap_t **link) {
+    hz_heap_t *heap = *link;
+    *link = heap->next_abandoned;
+    heap->next_abandoned = NULL;
+    abandoned_dirty -= heap->listed_dirty;
+    heap->listed_dirty = 0;
+    return heap;
+}
+
+/* A heap for a starting thread: an abandoned one if any, else a new one. */
+hz_heap_t *hz_heap_acquire(void) {
+    hz_heap_t *heap = NULL;
+    if (hz_lock_acquire(&heaps_lock)) {
+        if (abandoned != NULL) heap = list_unlink(&abandoned);
+        hz_lock_release(&heaps_lock);
+    }
+    if (heap == NULL) return heap_create(HZ_HEAP_OWNED);
+    atomic_store_explicit(&heap->state, HZ_HEAP_OWNED, memory_order_relaxed);
+    hz_gstat_add(heaps_adopted, 1);
+    return heap;
+}
+
+/* --------------------------------------------------------------------- tidying */
+/* The one sequence that brings a heap up to date: post what it holds for others,
+ * take back what others freed into it, retire its empty pages, purge (on the time
+ * policy, or everything), and for a full tidy give back its empty segments. */
+void hz_heap_tidy(hz_heap_t *heap, enum hz_tidy how) {
+    heap->busy++;
+    hz_outbox_flush_all(heap);
+    hz_heap_collect(heap);
+    hz_heap_retire_empty(heap);
+    hz_heap_purge(heap, how != HZ_TIDY_TIMED);
+    if (how != HZ_TIDY_TIMED) hz_heap_release_segments(heap, how == HZ_TIDY_ALL);
+    heap->busy--;
+}
+
+static uint64_t earliest(uint64_t a, uint64_t b) {
+    if (a == 0) return b;
+    return b != 0 && b < a ? b : a;
+}
+
+/* Ask for upkeep at `when` (ms) unless it is due earlier already. */
+static void upkeep_at(uint64_t when) {
+    uint64_t cur = atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed);
+    while (when != 0 && (cur == 0 || when < cur) &&
+           !atomic_compare_exchange_weak_explicit(&hz_upkeep_due, &cur, when,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+/* A thread posted blocks to a heap that nobody owns. */
+void hz_upkeep_mail(void) {
+    if (atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed) == 0)
+        upkeep_at(hz_os_now_ms() + UPKEEP_MAIL_DELAY_MS);
+}
+
+/* Give up a heap at thread exit: it goes, tidied, to the abandoned list. */
+void hz_heap_abandon(hz_heap_t *heap) {
+    hz_heap_tidy(heap, HZ_TIDY_TIMED);
+    bool keep = false;
+    if (hz_lock_acquire(&heaps_lock)) {
+        keep = abandoned_dirty + heap->dirty_bytes <= ABANDONED_DIRTY_MAX;
+        hz_lock_release(&heaps_lock);
+    }
+    if (!keep) hz_heap_tidy(heap, HZ_TIDY_ALL);
+    heap_reset(heap);
+    uint64_t purge_at = heap->purge_at_ms; /* once listed, the heap is upkeep's */
+    if (!hz_lock_acquire(&heaps_lock)) return;
+    /* Ordered against a sender's inbox push and state check: one of the two sees the
+     * other, so a batch posted meanwhile is either collected or mailed. */
+    atomic_store_explicit(&heap->state, HZ_HEAP_ABANDONED, memory_order_seq_cst);
+    list_push(heap);
+    hz_lock_release(&heaps_lock);
+    upkeep_at(purge_at);
+    if (hz_inbox_pending(heap)) hz_upkeep_mail();
+}
+
+/* Take the abandoned heaps that have work (all of them for a full tidy) off the
+ * list, tidy them, and put them back.  Returns when the earliest of their purge
+ * epochs is next due (0: none). */
+static uint64_t tidy_abandoned(enum hz_tidy how) {
+    hz_heap_t *work = NULL;
+    if (!hz_lock_acquire(&heaps_lock)) return 0;
+    for (hz_heap_t **link = &abandoned; *link != NULL;) {
+        hz_heap_t *h = *link;
+        if (how == HZ_TIDY_TIMED && h->purge_at_ms == 0 && !hz_inbox_pending(h)) {
+            link = &h->next_abandoned;
+            continue;
+        }
+        list_unlink(link);
+        h->next_abandoned = work;
+        work = h;
+    }
+    hz_lock_release(&heaps_lock);
+    uint64_t next = 0;
+    while (work != NULL) {
+        hz_heap_t *h = work;
+        work = h->next_abandoned;
+        hz_heap_tidy(h, how);
+        heap_reset(h);
+        next = earliest(next, h->purge_at_ms);
+        if (!hz_lock_acquire(&heaps_lock)) continue; /* only from a signal handler: lost */
+        list_push(h);
+        hz_lock_release(&heaps_lock);
+    }
+    return next;
+}
+
+static uint64_t tidy_exit_heap(enum hz_tidy how) {
+    uint64_t next = 0;
+    if (!hz_lock_acquire(&exit_lock)) return 0;
+    if (exit_heap != NULL) {
+        hz_heap_tidy(exit_heap, how);
+        next = exit_heap->purge_at_ms;
+    }
+    hz_lock_release(&exit_lock);
+    return next;
+}
+
+/* Upkeep of the heaps nobody owns, once it is due; one thread at a time. */
+void hz_upkeep_run(void) {
+    uint64_t due = atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed);
+    if (due == 0 || hz_os_now_ms() < due || !hz_lock_try(&upkeep_lock)) return;
+    atomic_store_explicit(&hz_upkeep_due, 0, memory_order_relaxed);
+    uint64_t next = earliest(tidy_abandoned(HZ_TIDY_TIMED), tidy_exit_heap(HZ_TIDY_TIMED));
+    hz_lock_release(&upkeep_lock);
+    upkeep_at(next);
+}
+
+/* malloc_trim: everything nobody owns, purged and its empty segments released. */
+void hz_heaps_trim(void) {
+    if (!hz_lock_acquire(&upkeep_lock)) return;
+    (void)tidy_abandoned(HZ_TIDY_ALL_SEGMENTS);
+    (void)tidy_exit_heap(HZ_TIDY_ALL_SEGMENTS);
+    hz_lock_release(&upkeep_lock);
+}
+
+/* ------------------------------------------------------------ the exit heap */
+/* Threads past their heap's destructor (later thread-specific-data destructors that
+ * allocate) share one heap under a lock instead of getting a heap of their own again,
+ * which nothing would release: there is no destructor round after the last. */
+hz_heap_t *hz_exit_heap_lock(void) {
+    if (!hz_lock_acquire(&exit_lock)) return NULL;
+    if (exit_heap == NULL) exit_heap = heap_create(HZ_HEAP_SHARED);
+    if (exit_heap == NULL) hz_lock_release(&exit_lock);
+    return exit_heap;
+}
+
+void hz_exit_heap_unlock(hz_heap_t *heap) {
+    (void)heap;
+    hz_lock_release(&exit_lock);
+}
+
+/* --------------------------------------------------------------------- fork */
+/* The forking thread was interrupted while changing the exit heap: the child makes a
+ * new one (the old one is orphaned by hz_heaps_fork_child). */
+void hz_exit_heap_forget(void) {
+    if (exit_heap != NULL) atomic_store_explicit(&exit_heap->state, HZ_HEAP_ORPHANED,
+                                                 memory_order_relaxed);
+    exit_heap = NULL;
+}
+
+/* ...or while changing the abandoned list: the child starts without one. */
+void hz_heaps_forget(void) {
+    abandoned = NULL;
+    abandoned_dirty = 0;
+}
+
+/* In the child, only the forking thread is left.  The heaps of the others may have
+ * been mid-update: they are orphaned, never adopted nor tidied, and their blocks stay
+ * valid and freeable.  So is the forking thread's own heap if fork interrupted it
+ * inside a slow path (fork from a signal handler): the thread starts a new one. */
+void hz_heaps_fork_child(void) {
+    hz_heap_t *self = hz_tls_heap;
+    bool own = self != &hz_empty_heap && self != &hz_exiting_heap;
+    if (own && self->busy != 0) {
+        own = false;
+        hz_tls_heap = &hz_empty_heap;
+    }
+    for (hz_heap_t *h = all_heaps; h != NULL; h = h->next_all) {
+        if ((h != self || !own) && atomic_load_explicit(&h->state, memory_order_relaxed) ==
+                                       HZ_HEAP_OWNED)
+            atomic_store_explicit(&h->state, HZ_HEAP_ORPHANED, memory_order_relaxed);
+    }
+    atomic_store(&hz_gstats.threads_live, own ? 1 : 0);
+}
+
+/* ---------------------------------------------------------------- statistics */
+void hz_heaps_visit(hz_heap_visit_fn fn, void *arg) {
+    if (!hz_lock_acquire(&heaps_lock)) return;
+    hz_heap_t *first = all_heaps;
+    hz_lock_release(&heaps_lock);
+    /* Heaps are never freed and only pushed at the head: walking without the lock
+     * is safe. */
+    for (hz_heap_t *h = first; h != NULL; h = h->next_all) fn(h, arg);
+}

@@ -1,0 +1,80 @@
+/* test_exit_dirty.c - the allowance of freed memory that exited threads' heaps keep
+ * resident must come back once that memory is purged.
+ *
+ * Six threads each free 12 MiB and exit together, filling the allowance (4 x 16 MiB
+ * by default); malloc_trim then purges all of it.  One more thread frees 12 MiB and
+ * exits: with the allowance restored its heap keeps that memory for the next thread
+ * (no purge at exit); with the allowance still counted as full, it purges at exit.
+ */
+#include "hz_test.h"
+
+#include <malloc.h>
+#include <pthread.h>
+
+#define NTHREADS 6
+#define BLOCK 60000
+#define PER_THREAD ((size_t)12 << 20)
+
+static pthread_barrier_t all_freed, go_exit;
+
+static void free_12mib(void)
+{
+    size_t n = PER_THREAD / BLOCK;
+    void **v = (void **)malloc(n * sizeof *v);
+    CHECK(v != NULL, "malloc failed");
+    for (size_t i = 0; i < n; i++) {
+        v[i] = malloc(BLOCK);
+        CHECK(v[i] != NULL, "malloc failed");
+        memset(v[i], 3, BLOCK);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void *filler(void *arg)
+{
+    (void)arg;
+    free_12mib();
+    pthread_barrier_wait(&all_freed);
+    return NULL;
+}
+
+static void *last(void *arg)
+{
+    (void)arg;
+    free_12mib();
+    pthread_barrier_wait(&all_freed);
+    pthread_barrier_wait(&go_exit);
+    return NULL;
+}
+
+int main(void)
+{
+    if (!hz_test_require_loaded())
+        return 0;
+    pthread_barrier_init(&all_freed, NULL, NTHREADS + 1);
+    pthread_t t[NTHREADS];
+    for (unsigned i = 0; i < NTHREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, filler, NULL) == 0, "pthread_create failed");
+    pthread_barrier_wait(&all_freed);
+    for (unsigned i = 0; i < NTHREADS; i++)
+        pthread_join(t[i], NULL);
+    malloc_trim(0);
+
+    pthread_barrier_init(&all_freed, NULL, 2);
+    pthread_barrier_init(&go_exit, NULL, 2);
+    pthread_t l;
+    CHECK(pthread_create(&l, NULL, last, NULL) == 0, "pthread_create failed");
+    pthread_barrier_wait(&all_freed);
+    struct hz_stats before, after;
+    CHECK(hz_test_stats(&before), "hz_stats_get failed");
+    pthread_barrier_wait(&go_exit);
+    pthread_join(l, NULL);
+    CHECK(hz_test_stats(&after), "hz_stats_get failed");
+    uint64_t purged = after.bytes_purged - before.bytes_purged;
+    printf("purged at the last thread's exit: %llu KiB\n", (unsigned long long)(purged >> 10));
+    CHECK(purged < (4u << 20), "the exiting thread purged %llu KiB: the abandoned heaps' "
+          "allowance was not restored by the purge", (unsigned long long)(purged >> 10));
+    return 0;
+}
