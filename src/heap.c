@@ -25,7 +25,7 @@ _Atomic uint64_t hz_upkeep_due;
 /* Abandoned heaps keep freed memory resident for the threads that will adopt them,
  * up to this much in all: short-lived threads then cost no madvise and page-fault
  * round trip.  Beyond it, exiting threads purge. */
-#define ABANDONED_DIRTY_MAX ((size_t)4 * HZ_DIRTY_BUDGET)
+#define ABANDONED_DIRTY_MAX ((size_t)HZ_DIRTY_BUDGET)
 /* Blocks freed into a heap nobody owns are collected this soon. */
 #define UPKEEP_MAIL_DELAY_MS (HZ_PURGE_DELAY_MS / 4 + 1)
 

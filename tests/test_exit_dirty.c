@@ -1,7 +1,7 @@
 /* test_exit_dirty.c - the allowance of freed memory that exited threads' heaps keep
  * resident must come back once that memory is purged.
  *
- * Six threads each free 12 MiB and exit together, filling the allowance (4 x 16 MiB
+ * Six threads each free 12 MiB and exit together, filling the allowance (16 MiB
  * by default); malloc_trim then purges all of it.  One more thread frees 12 MiB and
  * exits: with the allowance restored its heap keeps that memory for the next thread
  * (no purge at exit); with the allowance still counted as full, it purges at exit.
