@@ -11,8 +11,10 @@ for variant in ${HZ_TEST_VARIANTS:-hakozuna}; do
         exit 99
     fi
     echo "--- under lib$variant.so"
+    start=$(date +%s)
     LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" HZ_TEST_VARIANT="$variant" "$@"
     rc=$?
+    echo "--- lib$variant.so: exit $rc after $(($(date +%s) - start)) s"
     case $rc in
         0) ;;
         77) [ $status -eq 0 ] && status=77 ;;
