@@ -118,6 +118,14 @@ static inline int hz_test_loaded(void)
     return hz_test_sym("hz_version") != NULL;
 }
 
+/* Nonzero under the checked variant, whose poisoning and quarantine make long runs
+ * several times slower: such tests do a smaller run there. */
+static inline int hz_test_checked_variant(void)
+{
+    const char *v = getenv("HZ_TEST_VARIANT");
+    return v && strcmp(v, "hakozuna_debug") == 0;
+}
+
 static inline int hz_test_allow_system(void)
 {
     const char *e = getenv("HZ_TEST_ALLOW_SYSTEM");

@@ -1,14 +1,14 @@
 /* test_fork.c - fork() from a process whose threads are busy allocating.
  *
- * Four threads allocate and free continuously, exchanging blocks through a
+ * Two threads allocate and free continuously, exchanging blocks through a
  * shared table so that many frees are cross-thread.  Meanwhile the main thread
- * forks 50 times.  Each child verifies and frees blocks the parent allocated
- * before the fork (including blocks owned by threads that do not exist in the
- * child), allocates and frees many blocks of all sizes, runs a thread that
+ * forks 24 times (12 under the checked variant).  Each child verifies and frees
+ * blocks the parent allocated before the fork (including blocks owned by threads
+ * that do not exist in the child), allocates and frees many blocks of all sizes, runs a thread that
  * allocates, and exits.  A child that is still alive after 10 s is killed and
  * the test fails: an allocator lock left held across fork must show up as a
- * failure, not a hang.  alarm(300) guards the whole test: on two cores the four busy
- * workers leave each child little CPU, so 50 rounds can take a minute with no lock held.
+ * failure, not a hang.  alarm(300) guards the whole test: on two cores the busy
+ * workers leave each child little CPU, so the rounds can take a minute with no lock held.
  */
 #include "hz_test.h"
 
@@ -17,8 +17,8 @@
 #include <stdatomic.h>
 #include <sys/wait.h>
 
-#define NWORKERS 4
-#define NFORKS 50
+#define NWORKERS 2
+#define NFORKS 24
 #define XSLOTS 64
 #define NPRE 160
 #define CHILD_TIMEOUT_MS 10000
@@ -144,7 +144,7 @@ static void child(void **pre, unsigned round)
     uint64_t rng = 5000 + round;
     enum { N = 512 };
     void *v[N] = {0};
-    for (int i = 0; i < 8000; i++) {
+    for (int i = 0; i < 4000; i++) {
         unsigned k = (unsigned)(hz_test_rand(&rng) % N);
         if (v[k])
             check_free(v[k], "child");
@@ -193,7 +193,8 @@ int main(void)
     uint64_t rng = 42;
     static void *pre[NPRE];
     double slowest = 0;
-    for (unsigned round = 0; round < NFORKS; round++) {
+    const unsigned nforks = hz_test_checked_variant() ? NFORKS / 2 : NFORKS;
+    for (unsigned round = 0; round < nforks; round++) {
         for (unsigned i = 0; i < NPRE; i++) {
             pre[i] = new_block(pick_size(&rng), ((uint64_t)round << 32) | i);
             CHECK(pre[i] != NULL, "malloc failed");
@@ -241,9 +242,9 @@ int main(void)
         if (p)
             check_free(p, "parent");
     }
-    printf("%d forks with %d busy threads (%llu worker allocations), slowest child %.3f s, "
+    printf("%u forks with %d busy threads (%llu worker allocations), slowest child %.3f s, "
            "total %.2f s\n",
-           NFORKS, NWORKERS, (unsigned long long)atomic_load(&worker_ops), slowest,
+           nforks, NWORKERS, (unsigned long long)atomic_load(&worker_ops), slowest,
            hz_test_now() - t0);
     return 0;
 }
