@@ -19,8 +19,8 @@ static hz_page_t *page_refill(hz_heap_t *heap, unsigned cls) {
  * its first word. */
 static void *class_block(hz_heap_t *heap, unsigned cls, bool *zero) {
     hz_page_t *page = heap->current[cls];
-    if (page->free == NULL) page = hz_stash_serve(heap, cls, page);
-    if (page->free == NULL && (page = page_refill(heap, cls)) == NULL) {
+    if (hz_list_end(page->free)) page = hz_stash_serve(heap, cls, page);
+    if (hz_list_end(page->free) && (page = page_refill(heap, cls)) == NULL) {
         errno = ENOMEM;
         return NULL;
     }
@@ -61,6 +61,11 @@ void *hz_alloc_slow(size_t size) {
     bool zero;
     if (size > HZ_MEDIUM_MAX) return large_alloc(size, 0, &zero);
     return alloc_class(hz_size_class(size), &zero);
+}
+
+/* Behind hz_page_pop: a link that leaves the segment (checked by hz_link_far). */
+void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) {
+    return hz_page_take(heap, page, block, hz_link_far(page, block, rel));
 }
 
 /* Behind hz_free_fast: NULL, a large block, or a pointer that is not ours. */

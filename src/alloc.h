@@ -4,18 +4,30 @@
  * Budget: malloc is a TLS load, a table load and a list pop (about a dozen
  * instructions); free is a segment-map probe, a page lookup, an owner compare and a
  * list push (about twenty).  Anything else leaves through one non-inlined call.
+ * Hardening (freelist.h) adds a link check and a cleared link word to malloc, and a
+ * block-start check and the link encoding to free.
  */
 #ifndef HZ_ALLOC_H
 #define HZ_ALLOC_H
 
-#include "internal.h"
+#include "freelist.h"
 
-HZ_INLINE void *hz_page_pop(hz_heap_t *heap, hz_page_t *page, void *block) {
-    page->free = *(void **)block;
+/* Hand out block, the head of page's list; rel is its link (next ^ block). */
+HZ_INLINE void *hz_page_take(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) {
+    page->free = (void *)(rel ^ (uintptr_t)block);
+    hz_link_clear(block);
     page->used++;
     hz_stat_inc(heap->stats.mallocs[page->cls]);
     (void)heap;
     return block;
+}
+
+HZ_INLINE void *hz_page_pop(hz_heap_t *heap, hz_page_t *page, void *block) {
+    uintptr_t rel = hz_link_rel(block);
+#if HZ_HARDENING
+    if (hz_unlikely(rel > HZ_SEGMENT_MASK)) return hz_page_pop_far(heap, page, block, rel);
+#endif
+    return hz_page_take(heap, page, block, rel);
 }
 
 HZ_INLINE void *hz_alloc_fast(size_t size) {
@@ -28,7 +40,7 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
     else
         return hz_alloc_slow(size);
     void *block = page->free;
-    if (hz_unlikely(block == NULL)) return hz_alloc_slow(size);
+    if (hz_unlikely(hz_list_end(block))) return hz_alloc_slow(size);
     return hz_page_pop(heap, page, block);
 }
 
@@ -45,7 +57,14 @@ HZ_INLINE void hz_free_fast(void *p) {
         hz_free_remote(heap, seg, page, p);
         return;
     }
-    *(void **)p = page->free; /* LIFO: the next malloc gets a cache-hot block */
+#if HZ_HARDENED
+    hz_free_quarantine(heap, page, p);
+    return;
+#endif
+#if HZ_HARDENING
+    if (hz_unlikely(hz_block_index(page, p) >= page->capacity)) hz_free_invalid(page, p);
+#endif
+    hz_link_set(p, page->free); /* LIFO: the next malloc gets a cache-hot block */
     page->free = p;
     page->free_is_zero = 0;
     hz_stat_inc(heap->stats.frees[page->cls]);

@@ -382,7 +382,7 @@ static void blk_find(void *p, blk_t *d, int op) {
     if (hz_segmap_kind(a) == HZ_SEG_SMALL) {
         hz_segment_t *seg = hz_segment_of(p);
         hz_page_t *page = hz_page_of(seg, p);
-        if (page == NULL) report_invalid(op, p, 0, "in a free span");
+        if (page == &hz_empty_page) report_invalid(op, p, 0, "in a free span");
         size_t bs = page->block_size;
         char *start = page->start;
         if ((a & (HZ_ALIGNMENT - 1)) != 0 || (char *)p < start + HEADER)
@@ -495,7 +495,7 @@ static __attribute__((destructor)) void quarantine_drain(void) {
  * next free block: a write over that link shows here, before the core follows it. */
 static void check_next(const hz_page_t *page, const char *b) {
     uintptr_t next = (uintptr_t)page->free, start = (uintptr_t)page->start;
-    if (next == 0) return;
+    if (hz_list_end(page->free)) return;
     if (next < start || (next - start) % page->block_size != 0 ||
         (next - start) / page->block_size >= page->capacity)
         report_uaf(b, 0, page->block_size);

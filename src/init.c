@@ -8,7 +8,7 @@
  */
 #include <pthread.h>
 
-#include "internal.h"
+#include "freelist.h"
 
 hz_page_t hz_empty_page;
 hz_heap_t hz_empty_heap = {
@@ -38,6 +38,7 @@ static void process_init_core(void) {
     if (atomic_compare_exchange_strong(&proc_state, &expect, PROC_INITIALIZING)) {
         hz_os_init();
         hz_sizeclass_init();
+        hz_guard_init(); /* before the first free list is built */
         atomic_store_explicit(&proc_state, PROC_READY, memory_order_release);
         return;
     }

@@ -129,7 +129,7 @@ HZ_INLINE hz_page_t *hz_page_of(const hz_segment_t *seg, const void *p) {
 /* ------------------------------------------------------------- thread heap */
 extern hz_heap_t hz_empty_heap HZ_HIDDEN;   /* threads that have not allocated yet */
 extern hz_heap_t hz_exiting_heap HZ_HIDDEN; /* threads past their heap's destructor */
-extern hz_page_t hz_empty_page HZ_HIDDEN;
+extern hz_page_t hz_empty_page HZ_HIDDEN;   /* no blocks: also every free unit's page */
 extern __thread hz_heap_t *hz_tls_heap HZ_HIDDEN __attribute__((tls_model("initial-exec")));
 
 /* -------------------------------------------------------------- OS layer */
@@ -141,6 +141,7 @@ bool hz_os_decommit(void *p, size_t size) HZ_HIDDEN;
 void *hz_os_map_aligned(size_t size, size_t alignment) HZ_HIDDEN;
 bool hz_os_unmap(void *p, size_t size, size_t committed) HZ_HIDDEN;
 size_t hz_os_purge(void *p, size_t size) HZ_HIDDEN;
+void hz_os_guard(void *p, size_t size) HZ_HIDDEN;
 void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) HZ_HIDDEN;
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) HZ_HIDDEN;
 uint64_t hz_os_now_ms(void) HZ_HIDDEN;
@@ -241,6 +242,7 @@ bool hz_process_ready(void) HZ_HIDDEN;
 
 /* ------------------------------------------------------------- entry points */
 void *hz_alloc_slow(size_t size) HZ_HIDDEN;
+void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void hz_free_other(void *p) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;

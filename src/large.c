@@ -86,12 +86,20 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
         errno = ENOMEM;
         return NULL;
     }
-    /* Offset of the user pointer from the mapping's base. */
+    /* Offset of the user pointer from the mapping's base.  Hardened: the header has
+     * its page to itself, and a guard page on each side of the block stops an
+     * overrun or underrun at the first byte outside it. */
     bool big_align = alignment >= HZ_SEGMENT_SIZE;
+#if HZ_HARDENED
+    size_t guard = hz_os_page_size();
+    size_t offset = big_align ? alignment : hz_align_up(2 * guard, alignment);
+#else
+    size_t guard = 0;
     size_t offset = big_align ? alignment : hz_align_up(HZ_LARGE_HEADER, alignment);
-    size_t need = hz_align_up(offset + size, hz_os_page_size());
+#endif
+    size_t need = hz_align_up(offset + size, hz_os_page_size()) + guard;
     size_t map_size = need;
-    char *base = big_align ? NULL : cache_take(need, &map_size);
+    char *base = big_align ? NULL : cache_take(need, &map_size); /* none when hardened */
     *zeroed = base == NULL;
     if (base != NULL) {
         hz_gstat_add(large_cache_hits, 1);
@@ -113,7 +121,11 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     h->base = base;
     h->map_size = map_size;
     h->user = user;
-    h->usable = map_size - offset;
+    h->usable = map_size - offset - guard;
+#if HZ_HARDENED
+    hz_os_guard(user - guard, guard);
+    hz_os_guard(base + map_size - guard, guard);
+#endif
     hz_segmap_set(h, HZ_SEG_LARGE);
     hz_gstat_add(large_allocs, 1);
     hz_gstat_add(large_bytes, h->usable);
@@ -133,6 +145,10 @@ void hz_large_free(hz_large_t *h) {
 
 /* Resize a large block in place when the mapping allows, else move its pages. */
 void *hz_large_realloc(hz_large_t *h, size_t size) {
+#if HZ_HARDENED
+    /* The guard pages stay where they are: move (the caller copies). */
+    return size <= h->usable && size >= h->usable / 2 ? h->user : NULL;
+#else
     size_t offset = (size_t)((char *)h->user - h->base);
     if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE) {
         errno = ENOMEM;
@@ -166,4 +182,5 @@ void *hz_large_realloc(hz_large_t *h, size_t size) {
     hz_gstat_add(large_bytes, h->usable);
     hz_segmap_set(h, HZ_SEG_LARGE);
     return h->user;
+#endif
 }

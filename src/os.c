@@ -174,6 +174,9 @@ size_t hz_os_purge(void *p, size_t size) {
     return end - start;
 }
 
+/* Make a page-aligned, committed range inaccessible: a stray access faults. */
+void hz_os_guard(void *p, size_t size) { mprotect(p, size, PROT_NONE); }
+
 /* Grow or shrink a committed mapping without moving it. */
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) {
     size_t ps = hz_os_page_size();

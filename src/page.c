@@ -1,6 +1,6 @@
 /* page.c - pages of one size class: the queue a heap allocates from, carving blocks
  * out of a fresh span, and the generic allocation slow path behind hz_alloc_fast. */
-#include "internal.h"
+#include "freelist.h"
 
 /* ----------------------------------------------------------------- queues */
 static void queue_remove(hz_page_queue_t *q, hz_page_t *page) {
@@ -42,18 +42,47 @@ void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
 /* ------------------------------------------------------------------ pages */
 /* Carve the next blocks of the span into the free list: a few KiB at a time, so
  * memory is touched only as it is needed. */
-static void page_extend(hz_page_t *page) {
+static void page_extend(hz_heap_t *heap, hz_page_t *page) {
     uint32_t size = page->block_size;
     uint32_t n = page->reserved - page->capacity;
     uint32_t want = (16u << 10) / size;
     if (want < 4) want = 4;
     if (n > want) n = want;
-    char *b = page->start + (size_t)page->capacity * size;
-    for (uint32_t i = 0; i + 1 < n; i++, b += size) *(void **)b = b + size;
-    *(void **)b = NULL;
-    page->free = page->start + (size_t)page->capacity * size;
+    char *first = page->start + (size_t)page->capacity * size;
+#if HZ_HARDENED
+    /* In a random order, so that neighbours in memory are not neighbours in time. */
+    uint16_t order[(16u << 10) / HZ_ALIGNMENT];
+    for (uint32_t i = 0; i < n; i++) { /* Fisher-Yates, inside out */
+        uint32_t j = (uint32_t)(hz_heap_random(heap) % (i + 1));
+        if (j != i) order[i] = order[j];
+        order[j] = (uint16_t)i;
+    }
+    void *head = page->free; /* the end of the list (the page had no free block) */
+    for (uint32_t i = n; i-- > 0;) {
+        /* cppcheck-suppress uninitvar ; the loop above wrote order[0 .. n-1] */
+        char *b = first + (size_t)order[i] * size;
+        hz_link_set(b, head);
+        head = b;
+    }
+    page->free = head;
+#else
+    (void)heap;
+    char *b = first;
+    for (uint32_t i = 0; i + 1 < n; i++, b += size) hz_link_set(b, b + size);
+    hz_link_set(b, page->free); /* the end of the list (the page had no free block) */
+    page->free = first;
+#endif
     page->free_is_zero = page->zero_span;
     page->capacity += n;
+}
+
+/* block_shift and block_inv for hz_block_index. */
+static void page_set_divisor(hz_page_t *page) {
+    uint32_t s = (uint32_t)__builtin_ctz(page->block_size), odd = page->block_size >> s;
+    uint32_t inv = odd; /* Newton's iteration doubles the correct low bits each step */
+    for (int i = 0; i < 5; i++) inv *= 2u - odd * inv;
+    page->block_shift = (uint8_t)s;
+    page->block_inv = inv;
 }
 
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
@@ -61,9 +90,14 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     if (page == NULL) return NULL;
     hz_segment_t *seg = hz_segment_of(page);
     char *end = (char *)seg + (size_t)(page->first_unit + page->units) * HZ_UNIT_SIZE;
+#if HZ_HARDENED
+    if (page->first_unit + page->units == HZ_UNITS) end -= hz_os_page_size(); /* guard page */
+#endif
     page->cls = (uint8_t)cls;
     page->block_size = hz_class_size[cls];
     page->reserved = (uint32_t)((size_t)(end - page->start) / page->block_size);
+    page->free = seg; /* an empty list that ends within the segment */
+    page_set_divisor(page);
     hz_stat_inc(heap->stats.pages_made);
     return page;
 }
@@ -76,6 +110,9 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
         if (was_current) hz_set_current(heap, cls, heap->queues[cls].first);
     }
     hz_stat_inc(heap->stats.pages_retired);
+#if HZ_HARDENING
+    hz_page_verify_empty(page); /* a double free may have made it look empty */
+#endif
     hz_span_free(heap, page);
 }
 
@@ -83,6 +120,8 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     hz_shm_tick();
     bool was_full = page->used < 0;
+    /* Below zero while queued: more frees than blocks handed out. */
+    if (hz_unlikely(was_full && page->in_queue)) hz_report_double_free(NULL, page->block_size);
     page->used &= ~HZ_PAGE_FULL;
     if (page->used == 0) {
         /* Keep the page being allocated from (up to 256 KiB of it): retiring it would
@@ -100,9 +139,10 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     }
 }
 
-/* A block of this heap coming home by the slow route (remote collection). */
+/* A block of this heap coming home by the slow route (remote collection); the
+ * caller checked that p is a block start of page. */
 void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) {
-    *(void **)p = page->free;
+    hz_link_set(p, page->free);
     page->free = p;
     page->free_is_zero = 0;
     if (--page->used <= 0) hz_page_free_event(heap, page);
@@ -125,9 +165,9 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     hz_page_t *page = q->first, *next;
     for (; page != NULL; page = next) {
         next = page->next;
-        if (page->free) break;
+        if (!hz_list_end(page->free)) break;
         if (page->capacity < page->reserved) {
-            page_extend(page);
+            page_extend(heap, page);
             break;
         }
         queue_remove(q, page); /* full: back in a queue when a block is freed */
@@ -139,7 +179,7 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
             hz_set_current(heap, cls, q->first);
             return NULL;
         }
-        page_extend(page);
+        page_extend(heap, page);
         queue_push_front(q, page);
     } else if (q->first != page) {
         queue_remove(q, page);

@@ -196,7 +196,7 @@ static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     seg->free_units = ~0ULL;
     seg->purge_candidates = 0;
     update_max_run(seg);
-    memset(seg->unit_page, 0, sizeof seg->unit_page);
+    for (unsigned u = 0; u < HZ_UNITS; u++) seg->unit_page[u] = &hz_empty_page;
     seg->prev = NULL;
     seg->next = heap->segments;
     if (heap->segments) heap->segments->prev = seg;
@@ -328,7 +328,7 @@ void hz_span_free(hz_heap_t *heap, hz_page_t *page) {
     unsigned first = page->first_unit, units = page->units;
     uint64_t m = units_mask(first, units);
     bool was_full = seg->free_units == 0;
-    for (unsigned u = 0; u < units; u++) seg->unit_page[first + u] = NULL;
+    for (unsigned u = 0; u < units; u++) seg->unit_page[first + u] = &hz_empty_page;
     if (heap->purge_at_ms == 0) heap->purge_at_ms = hz_os_now_ms() + HZ_PURGE_DELAY_MS;
     seg->free_units |= m;
     update_max_run(seg);

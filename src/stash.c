@@ -7,7 +7,7 @@
  * takes those pops in at every push: `used` never exceeds HZ_STASH_BLOCKS, however
  * many blocks pass through.
  */
-#include "internal.h"
+#include "freelist.h"
 
 #if HZ_STASH_BLOCKS
 
@@ -33,7 +33,7 @@ bool hz_stash_keep(hz_heap_t *heap, const hz_page_t *page, void *p) {
     if (page->block_size < 64 || page->block_size > 8 * HZ_DIRECT_MAX) return false;
     hz_stash_t *st = &heap->stash[page->cls];
     if (stash_count(st) >= HZ_STASH_BLOCKS) return false;
-    *(void **)p = st->list.free;
+    hz_link_set(p, st->list.free);
     st->list.free = p;
     st->held++;
     return true;
@@ -43,7 +43,7 @@ bool hz_stash_keep(hz_heap_t *heap, const hz_page_t *page, void *p) {
  * serve the stash from the fast path until it is empty too, then the pages again. */
 hz_page_t *hz_stash_serve(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
     hz_page_t *list = &heap->stash[cls].list;
-    if (page == list || list->free == NULL) return page;
+    if (page == list || hz_list_end(list->free)) return page;
     hz_set_current(heap, cls, list);
     return list;
 }
@@ -54,8 +54,10 @@ void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
     hz_stash_t *st = &heap->stash[cls];
     if (heap->current[cls] == &st->list) hz_set_current(heap, cls, heap->queues[cls].first);
     void *p = st->list.free;
-    if (p == NULL) return NULL;
-    st->list.free = *(void **)p;
+    if (hz_list_end(p)) return NULL;
+    void *next = hz_link_next(p); /* the list crosses segments: check the block in full */
+    if (HZ_HARDENING && next != NULL && hz_block_page(next) == NULL) hz_report_corrupt(p, 0);
+    st->list.free = next;
     stash_count(st);
     st->held--;
     return p;

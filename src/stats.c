@@ -107,5 +107,5 @@ HZ_API const char *hz_config_string(void) {
            " purge_delay_ms=" HZ_STR(HZ_PURGE_DELAY_MS) " dirty_budget=" HZ_STR(HZ_DIRTY_BUDGET)
            " large_cache_bytes=" HZ_STR(HZ_LARGE_CACHE_BYTES) " segment_cache=" HZ_STR(
                HZ_SEGMENT_CACHE) " thp=" HZ_STR(HZ_THP) " stats=" HZ_STR(HZ_STATS) " inbox_shards=" HZ_STR(
-               HZ_INBOX_SHARDS) " stash_blocks=" HZ_STR(HZ_STASH_BLOCKS) " debug=" HZ_STR(HZ_DEBUG);
+               HZ_INBOX_SHARDS) " stash_blocks=" HZ_STR(HZ_STASH_BLOCKS) " debug=" HZ_STR(HZ_DEBUG) " hardening=" HZ_STR(HZ_HARDENING);
 }

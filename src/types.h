@@ -55,6 +55,12 @@
 #ifndef HZ_STATS
 #define HZ_STATS 1
 #endif
+/* Free-list protection (guard.c): encoded links checked when followed, frees of
+ * pointers that are not block starts refused, double frees caught.  0 only with
+ * --disable-hardening; see hakozuna(3) for what that gives up. */
+#ifndef HZ_HARDENING
+#define HZ_HARDENING 1
+#endif
 
 /* ------------------------------------------------------- variant policies
  * The variants share every line of code; they differ only here.
@@ -67,6 +73,10 @@
  *            freed for other threads in a stash and hands them out again itself from
  *            the fast path, so blocks that travel between threads are reused where
  *            they are hot in cache; only the overflow travels back to the owners.
+ *   hardened the default policies plus the defences of HZ_HARDENED (guard.c): freed
+ *            blocks are checked, zeroed and held in a quarantine before reuse, pages
+ *            hand out their blocks in random order, and guard pages end every
+ *            segment and surround every large block.
  *   debug    the default policies plus the checking layer (HZ_DEBUG, debug.c). */
 #if defined(HZ_VARIANT_SCALE)
 #define HZ_VARIANT_NAME "scale"
@@ -78,6 +88,14 @@
 #define HZ_INBOX_SHARDS 4
 #define HZ_OUTBOX_WAYS (2 * HZ_OUTBOX_SLOTS)
 #define HZ_STASH_BLOCKS 256
+#elif defined(HZ_VARIANT_HARDENED)
+#define HZ_VARIANT_NAME "hardened"
+#define HZ_INBOX_SHARDS 1
+#define HZ_OUTBOX_WAYS HZ_OUTBOX_SLOTS
+#define HZ_STASH_BLOCKS 0
+#define HZ_HARDENED 1
+#undef HZ_HARDENING
+#define HZ_HARDENING 1 /* whatever configure said */
 #else
 #if HZ_DEBUG
 #define HZ_VARIANT_NAME "debug"
@@ -91,6 +109,11 @@
 #ifndef HZ_DEBUG
 #define HZ_DEBUG 0
 #endif
+#ifndef HZ_HARDENED
+#define HZ_HARDENED 0
+#endif
+/* Freed blocks a heap of the hardened variant holds back before reuse. */
+#define HZ_QUARANTINE 256
 
 /* ----------------------------------------------------------- geometry */
 #define HZ_SEGMENT_SHIFT 22
@@ -144,8 +167,10 @@ typedef struct hz_page {
     uint8_t units;       /* span length in units */
     uint8_t first_unit;
     uint8_t in_queue;
+    uint8_t block_shift; /* block_size = 2^block_shift * odd; with block_inv, the */
     char *start;         /* first block */
     struct hz_page *next, *prev; /* class queue */
+    uint32_t block_inv;  /* ...inverse of the odd part mod 2^32: see hz_block_index */
 } hz_page_t;
 
 struct hz_heap;
@@ -165,7 +190,7 @@ typedef struct hz_segment {
     unsigned committed_units;    /* units 0 .. committed_units-1 are readable and writable;
                                     the rest of the segment is reserved address space */
     struct hz_segment *next, *prev; /* heap's segment list (with free units first) */
-    hz_page_t *unit_page[HZ_UNITS]; /* unit -> page covering it */
+    hz_page_t *unit_page[HZ_UNITS]; /* unit -> page covering it (hz_empty_page if none) */
     hz_page_t pages[HZ_UNITS];      /* indexed by a page's first unit */
 } hz_segment_t;
 
@@ -210,6 +235,11 @@ typedef struct hz_heap {
     hz_outbox_t outbox[HZ_OUTBOX_WAYS];
 #if HZ_STASH_BLOCKS
     hz_stash_t stash[HZ_CLASSES];
+#endif
+#if HZ_HARDENED
+    void *quarantine[HZ_QUARANTINE];    /* freed, zeroed, not yet reusable (FIFO) */
+    uint32_t quarantine_next;
+    uint64_t rng;                       /* allocation order within new blocks */
 #endif
     hz_segment_t *segments;             /* segments with free units come first */
     size_t dirty_bytes;                 /* freed page memory not yet purged */

@@ -110,7 +110,9 @@ static void test_reuse_and_zero(void) {
     char *a = hz_malloc(48);
     hz_free(a);
     char *b = hz_malloc(48);
-#if !HZ_DEBUG /* which keeps freed blocks in quarantine */
+#if HZ_HARDENED /* which holds freed blocks back in its quarantine */
+    EXPECT(a != b, "freed block reused at once despite the quarantine");
+#elif !HZ_DEBUG /* which keeps freed blocks in quarantine */
     EXPECT(a == b, "freed block not reused first");
 #endif
     memset(b, 0x5a, 48);

@@ -1,0 +1,91 @@
+/* freelist.h - the links that chain freed blocks, and the checks made on them.
+ *
+ * Every list of freed blocks (a page's free list, remote-free outboxes and inboxes,
+ * the stash) links a block to the next through the block's first word.  With
+ * hardening (the default) the word holds
+ *
+ *     next ^ block ^ hz_list_key
+ *
+ * where hz_list_key is a process secret with bits set above the segment offset.
+ * Decoding gives next ^ block first: for two blocks of one segment it is below
+ * HZ_SEGMENT_SIZE, so one compare checks a page's link before it is followed.  An
+ * address written into a freed block by an overflow or a write after free decodes
+ * to something else and stops the program; the key also keeps a leaked link from
+ * revealing a heap address.  A block handed out gets 0 in that word, which never
+ * decodes as a link, so a block freed twice is caught when the list reaches its
+ * second entry.  A list ends at a segment-aligned value (NULL or the base of the
+ * segment the last block is in), which the same compare accepts.
+ *
+ * Lists that cross segments (remote frees, the stash) follow their links in slow
+ * paths that check each block in full (guard.c).
+ */
+#ifndef HZ_FREELIST_H
+#define HZ_FREELIST_H
+
+#include "internal.h"
+
+extern uint64_t hz_list_key HZ_HIDDEN;
+
+/* A list head or link that ends the list. */
+HZ_INLINE bool hz_list_end(const void *p) { return ((uintptr_t)p & HZ_SEGMENT_MASK) == 0; }
+
+#if HZ_HARDENING
+/* Link block to next. */
+HZ_INLINE void hz_link_set(void *block, const void *next) {
+    *(uintptr_t *)block = (uintptr_t)next ^ (uintptr_t)block ^ hz_list_key;
+}
+/* next ^ block, as stored in block. */
+HZ_INLINE uintptr_t hz_link_rel(const void *block) {
+    return *(const uintptr_t *)block ^ hz_list_key;
+}
+/* Forget the link of a block being handed out. */
+HZ_INLINE void hz_link_clear(void *block) { *(uintptr_t *)block = 0; }
+#else
+HZ_INLINE void hz_link_set(void *block, const void *next) { *(const void **)block = next; }
+HZ_INLINE uintptr_t hz_link_rel(const void *block) {
+    return *(const uintptr_t *)block ^ (uintptr_t)block;
+}
+HZ_INLINE void hz_link_clear(void *block) { (void)block; }
+#endif
+
+/* Next block after `block` on a list that may cross segments, unchecked. */
+HZ_INLINE void *hz_link_next(const void *block) {
+    return (void *)(hz_link_rel(block) ^ (uintptr_t)block);
+}
+
+/* Index of p among the page's blocks when p is the start of one, else a number of
+ * at least 2^32 / block_size (so never below capacity): p - start is a multiple of
+ * 2^block_shift * odd exactly when multiplying by the odd part's inverse leaves the
+ * low block_shift bits zero, and rotating them away leaves the quotient. */
+HZ_INLINE uint32_t hz_block_index(const hz_page_t *page, const void *p) {
+    uint32_t q = (uint32_t)((uintptr_t)p - (uintptr_t)page->start) * page->block_inv;
+    unsigned s = page->block_shift;
+    return q >> s | q << (-s & 31u);
+}
+
+/* ------------------------------------------------- slow sides (guard.c) */
+void hz_guard_init(void) HZ_HIDDEN;
+/* The page whose carved block starts at p, or NULL. */
+hz_page_t *hz_block_page(const void *p) HZ_HIDDEN;
+/* A link of a page's list that is not within the segment: the stash's next block
+ * (checked) or a corrupted list (reported).  Returns next ^ block. */
+uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) HZ_HIDDEN;
+/* p is not a block start of `page`: report and abort. */
+HZ_COLD __attribute__((noreturn)) void hz_free_invalid(const hz_page_t *page, const void *p) HZ_HIDDEN;
+/* A block freed twice or a list found broken: report and abort. */
+HZ_COLD __attribute__((noreturn)) void hz_report_double_free(const void *p, size_t bs) HZ_HIDDEN;
+HZ_COLD __attribute__((noreturn)) void hz_report_corrupt(const void *p, size_t bs) HZ_HIDDEN;
+/* True when p's first word reads as a link of some list: p is already free. */
+bool hz_block_on_list(const void *p) HZ_HIDDEN;
+/* A page about to be retired: its list must hold every carved block once. */
+void hz_page_verify_empty(const hz_page_t *page) HZ_HIDDEN;
+#if HZ_HARDENED
+/* The hardened variant's free of a block of the caller's heap. */
+void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
+/* Give every quarantined block back to its page (thread exit, trim). */
+void hz_quarantine_flush(hz_heap_t *heap) HZ_HIDDEN;
+/* The next number of the heap's generator for allocation order. */
+uint64_t hz_heap_random(hz_heap_t *heap) HZ_HIDDEN;
+#endif
+
+#endif /* HZ_FREELIST_H */

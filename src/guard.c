@@ -1,0 +1,180 @@
+/* guard.c - the slow sides of free-list protection (freelist.h): the process secret,
+ * full checks of blocks met on lists that cross segments, the check of a page's list
+ * before its memory is given up, and the one-line reports that end the program when
+ * a check fails.  An attacker gets no second chance: every failure aborts. */
+#include <stdlib.h>
+#include <sys/auxv.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "freelist.h"
+
+uint64_t hz_list_key;
+
+static uint64_t mix64(uint64_t x) { /* a bijective mixer (splitmix64's finaliser) */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* The key comes from the kernel (a raw syscall: nothing here may allocate), or from
+ * the random bytes the kernel gives every process at exec when getrandom is
+ * refused (old kernels, seccomp). */
+void hz_guard_init(void) {
+    uint64_t k = 0;
+    if (syscall(SYS_getrandom, &k, sizeof k, 1 /* GRND_NONBLOCK */) != (long)sizeof k) {
+        const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM);
+        k = mix64((r != NULL ? r[0] ^ mix64(r[1]) : 0) ^ (uintptr_t)&k ^ hz_os_now_ms());
+    }
+    /* A cleared link word (0) must never decode as a link within a segment. */
+    while ((k >> HZ_SEGMENT_SHIFT) == 0) k = mix64(k + 0x9e3779b97f4a7c15ULL);
+    hz_list_key = k;
+}
+
+/* ---------------------------------------------------------------- checks */
+hz_page_t *hz_block_page(const void *p) {
+    if (hz_segmap_kind((uintptr_t)p) != HZ_SEG_SMALL) return NULL;
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+    return hz_block_index(page, p) < page->reserved ? page : NULL;
+}
+
+uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
+#if HZ_STASH_BLOCKS
+    /* The stash (a descriptor of no span) holds blocks of many segments. */
+    const void *next = (const void *)(rel ^ (uintptr_t)block);
+    if (page->units == 0 && (next == NULL || hz_block_page(next) != NULL)) return rel;
+#endif
+    hz_report_corrupt(block, page->block_size);
+}
+
+bool hz_block_on_list(const void *p) {
+    const void *next = hz_link_next(p);
+    if (next == NULL) return true; /* the last of a remote list or the stash */
+    if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
+    return hz_block_page(next) != NULL;
+}
+
+/* Every carved block once, then the end: anything else means a block was freed
+ * twice (the page only looks empty) or the list was overwritten. */
+void hz_page_verify_empty(const hz_page_t *page) {
+    const char *b = page->free;
+    for (uint32_t i = 0; i < page->capacity; i++) {
+        if (hz_list_end(b) || hz_block_index(page, b) >= page->capacity)
+            hz_report_double_free(NULL, page->block_size);
+        uintptr_t rel = hz_link_rel(b);
+        if (rel > HZ_SEGMENT_MASK) hz_report_corrupt(b, page->block_size);
+        b = (const char *)(rel ^ (uintptr_t)b);
+    }
+    if (!hz_list_end(b)) hz_report_double_free(NULL, page->block_size);
+}
+
+/* ------------------------------------------------------ hardened variant */
+#if HZ_HARDENED
+/* Bytes of a freed block checked for writes when it leaves the quarantine. */
+#define QUARANTINE_CHECK 256
+
+uint64_t hz_heap_random(hz_heap_t *heap) {
+    if (heap->rng == 0) heap->rng = hz_list_key ^ (uintptr_t)heap;
+    heap->rng += 0x9e3779b97f4a7c15ULL;
+    return mix64(heap->rng);
+}
+
+/* A quarantined block links to the end of a list (so a second free of it is seen)
+ * and is zero after that word; anything else was written after free. */
+static void quarantine_release(hz_heap_t *heap, void *p) {
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+    const uint64_t *w = p;
+    size_t n = page->block_size < QUARANTINE_CHECK ? page->block_size : QUARANTINE_CHECK;
+    uint64_t acc = hz_link_rel(p) ^ ((uintptr_t)p & HZ_SEGMENT_MASK);
+    for (size_t i = 1; i < n / 8; i++) acc |= w[i];
+    if (acc != 0) hz_report_corrupt(p, page->block_size);
+    hz_free_local(heap, page, p);
+}
+
+void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
+    if (hz_block_index(page, p) >= page->capacity) hz_free_invalid(page, p);
+    if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
+    hz_stat_inc(heap->stats.frees[page->cls]);
+    memset(p, 0, page->block_size);
+    hz_link_set(p, hz_segment_of(p));
+    uint32_t i = heap->quarantine_next++ % HZ_QUARANTINE;
+    void *old = heap->quarantine[i];
+    heap->quarantine[i] = p;
+    if (old != NULL) quarantine_release(heap, old);
+}
+
+void hz_quarantine_flush(hz_heap_t *heap) {
+    for (uint32_t i = 0; i < HZ_QUARANTINE; i++) {
+        void *p = heap->quarantine[i];
+        heap->quarantine[i] = NULL;
+        if (p != NULL) quarantine_release(heap, p);
+    }
+}
+#endif
+
+/* --------------------------------------------------------------- reports
+ * The shape of the checked variant's reports (debug.c): "hakozuna: what 0xADDR
+ * (size class N B)", written with write(2), then abort(). */
+typedef struct {
+    char buf[256];
+    size_t n;
+} line_t;
+
+static void put_s(line_t *l, const char *s) {
+    while (*s && l->n < sizeof l->buf - 2) l->buf[l->n++] = *s++;
+}
+
+static void put_num(line_t *l, uint64_t v, unsigned base) {
+    char tmp[24];
+    int i = 0;
+    do {
+        tmp[i++] = "0123456789abcdef"[v % base];
+        v /= base;
+    } while (v);
+    if (base == 16) put_s(l, "0x");
+    while (i > 0 && l->n < sizeof l->buf - 2) l->buf[l->n++] = tmp[--i];
+}
+
+static __attribute__((noreturn)) void die(line_t *l, size_t bs) {
+    put_s(l, " (size class ");
+    if (bs == 0) {
+        put_s(l, "none)");
+    } else {
+        put_num(l, bs, 10);
+        put_s(l, " B)");
+    }
+    l->buf[l->n++] = '\n';
+    l->buf[l->n] = '\0';
+    hz_os_write_err(l->buf);
+    abort();
+}
+
+void hz_free_invalid(const hz_page_t *page, const void *p) {
+    line_t l = {.n = 0};
+    put_s(&l, "hakozuna: free of invalid pointer ");
+    put_num(&l, (uintptr_t)p, 16);
+    put_s(&l, page == &hz_empty_page ? ": in a free span" : ": not a block hakozuna handed out");
+    die(&l, page->block_size);
+}
+
+void hz_report_double_free(const void *p, size_t bs) {
+    line_t l = {.n = 0};
+    put_s(&l, "hakozuna: double free");
+    if (p != NULL) {
+        put_s(&l, " of ");
+        put_num(&l, (uintptr_t)p, 16);
+    } else {
+        put_s(&l, ": more blocks freed than handed out");
+    }
+    die(&l, bs);
+}
+
+void hz_report_corrupt(const void *p, size_t bs) {
+    line_t l = {.n = 0};
+    put_s(&l, "hakozuna: corrupted free list at ");
+    put_num(&l, (uintptr_t)p, 16);
+    put_s(&l, ": a freed block was overwritten or freed twice");
+    die(&l, bs);
+}
