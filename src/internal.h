@@ -142,6 +142,7 @@ void *hz_os_map_aligned(size_t size, size_t alignment) HZ_HIDDEN;
 bool hz_os_unmap(void *p, size_t size, size_t committed) HZ_HIDDEN;
 size_t hz_os_purge(void *p, size_t size) HZ_HIDDEN;
 void hz_os_guard(void *p, size_t size) HZ_HIDDEN;
+void hz_os_unguard(void *p, size_t size) HZ_HIDDEN;
 void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) HZ_HIDDEN;
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) HZ_HIDDEN;
 uint64_t hz_os_now_ms(void) HZ_HIDDEN;

@@ -176,6 +176,7 @@ size_t hz_os_purge(void *p, size_t size) {
 
 /* Make a page-aligned, committed range inaccessible: a stray access faults. */
 void hz_os_guard(void *p, size_t size) { mprotect(p, size, PROT_NONE); }
+void hz_os_unguard(void *p, size_t size) { mprotect(p, size, PROT_READ | PROT_WRITE); }
 
 /* Grow or shrink a committed mapping without moving it. */
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) {

@@ -91,7 +91,18 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     hz_segment_t *seg = hz_segment_of(page);
     char *end = (char *)seg + (size_t)(page->first_unit + page->units) * HZ_UNIT_SIZE;
 #if HZ_HARDENED
-    if (page->first_unit + page->units == HZ_UNITS) end -= hz_os_page_size(); /* guard page */
+    /* The segment's last page is a guard page, unless a page of one block needs it
+     * (then the segment goes without a guard until a page that can spare it). */
+    if (page->first_unit + page->units == HZ_UNITS) {
+        size_t ps = hz_os_page_size();
+        char *guard = end - ps;
+        if (guard - page->start >= (ptrdiff_t)hz_class_size[cls]) {
+            hz_os_guard(guard, ps);
+            end = guard;
+        } else {
+            hz_os_unguard(guard, ps);
+        }
+    }
 #endif
     page->cls = (uint8_t)cls;
     page->block_size = hz_class_size[cls];
