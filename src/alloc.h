@@ -62,7 +62,7 @@ HZ_INLINE void hz_free_fast(void *p) {
     return;
 #endif
 #if HZ_HARDENING
-    if (hz_unlikely(hz_block_index(page, p) >= page->capacity)) hz_free_invalid(page, p);
+    if (hz_unlikely(!hz_block_carved(page, p))) hz_free_invalid(page, p);
 #endif
     hz_link_set(p, page->free); /* LIFO: the next malloc gets a cache-hot block */
     page->free = p;

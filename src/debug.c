@@ -497,7 +497,7 @@ static void check_next(const hz_page_t *page, const char *b) {
     uintptr_t next = (uintptr_t)page->free, start = (uintptr_t)page->start;
     if (hz_list_end(page->free)) return;
     if (next < start || (next - start) % page->block_size != 0 ||
-        (next - start) / page->block_size >= page->capacity)
+        (next - start) / page->block_size >= hz_page_capacity(page))
         report_uaf(b, 0, page->block_size);
 }
 

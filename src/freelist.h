@@ -53,16 +53,6 @@ HZ_INLINE void *hz_link_next(const void *block) {
     return (void *)(hz_link_rel(block) ^ (uintptr_t)block);
 }
 
-/* Index of p among the page's blocks when p is the start of one, else a number of
- * at least 2^32 / block_size (so never below capacity): p - start is a multiple of
- * 2^block_shift * odd exactly when multiplying by the odd part's inverse leaves the
- * low block_shift bits zero, and rotating them away leaves the quotient. */
-HZ_INLINE uint32_t hz_block_index(const hz_page_t *page, const void *p) {
-    uint32_t q = (uint32_t)((uintptr_t)p - (uintptr_t)page->start) * page->block_inv;
-    unsigned s = page->block_shift;
-    return q >> s | q << (-s & 31u);
-}
-
 /* ------------------------------------------------- slow sides (guard.c) */
 void hz_guard_init(void) HZ_HIDDEN;
 /* The page whose carved block starts at p, or NULL. */

@@ -37,7 +37,7 @@ void hz_guard_init(void) {
 hz_page_t *hz_block_page(const void *p) {
     if (hz_segmap_kind((uintptr_t)p) != HZ_SEG_SMALL) return NULL;
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-    return hz_block_index(page, p) < page->reserved ? page : NULL;
+    return hz_block_rank(page, p) < page->reserved * hz_rank_step(page) ? page : NULL;
 }
 
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
@@ -60,8 +60,8 @@ bool hz_block_on_list(const void *p) {
  * twice (the page only looks empty) or the list was overwritten. */
 void hz_page_verify_empty(const hz_page_t *page) {
     const char *b = page->free;
-    for (uint32_t i = 0; i < page->capacity; i++) {
-        if (hz_list_end(b) || hz_block_index(page, b) >= page->capacity)
+    for (uint32_t i = 0, n = hz_page_capacity(page); i < n; i++) {
+        if (hz_list_end(b) || !hz_block_carved(page, b))
             hz_report_double_free(NULL, page->block_size);
         uintptr_t rel = hz_link_rel(b);
         if (rel > HZ_SEGMENT_MASK) hz_report_corrupt(b, page->block_size);
@@ -94,7 +94,7 @@ static void quarantine_release(hz_heap_t *heap, void *p) {
 }
 
 void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
-    if (hz_block_index(page, p) >= page->capacity) hz_free_invalid(page, p);
+    if (!hz_block_carved(page, p)) hz_free_invalid(page, p);
     if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
     hz_stat_inc(heap->stats.frees[page->cls]);
     memset(p, 0, page->block_size);

@@ -126,6 +126,28 @@ HZ_INLINE hz_page_t *hz_page_of(const hz_segment_t *seg, const void *p) {
     return seg->unit_page[((uintptr_t)p >> HZ_UNIT_SHIFT) & (HZ_UNITS - 1)];
 }
 
+/* Rank of p in its page: k * step when p starts block k, else at least 2^43 (so
+ * never below a page's carved_rank or reserved * step, both under 2^23).  With
+ * m = block_mul = floor(2^64 / bs) + 1, bs * m = 2^64 + step where 0 < step <= bs;
+ * an offset k * bs + r (0 < r < bs, below 2^32) gives k * step + r * m mod 2^64,
+ * which is r * m >= 2^64 / bs without wrapping.  Offsets below start (the header)
+ * wrap to 32-bit numbers above 2^32 - 2^16, whose quotients are past any page. */
+HZ_INLINE uint64_t hz_block_rank(const hz_page_t *page, const void *p) {
+    return (uint64_t)(uint32_t)((uintptr_t)p - (uintptr_t)page->start) * page->block_mul;
+}
+/* The rank distance of two neighbouring blocks. */
+HZ_INLINE uint64_t hz_rank_step(const hz_page_t *page) {
+    return (uint64_t)page->block_size * page->block_mul;
+}
+/* p is the start of a block carved from page (handed out or free). */
+HZ_INLINE bool hz_block_carved(const hz_page_t *page, const void *p) {
+    return hz_block_rank(page, p) < page->carved_rank;
+}
+/* Blocks carved from the span so far. */
+HZ_INLINE uint32_t hz_page_capacity(const hz_page_t *page) {
+    return page->carved_rank == 0 ? 0 : (uint32_t)(page->carved_rank / hz_rank_step(page));
+}
+
 /* ------------------------------------------------------------- thread heap */
 extern hz_heap_t hz_empty_heap HZ_HIDDEN;   /* threads that have not allocated yet */
 extern hz_heap_t hz_exiting_heap HZ_HIDDEN; /* threads past their heap's destructor */

@@ -43,12 +43,12 @@ void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
 /* Carve the next blocks of the span into the free list: a few KiB at a time, so
  * memory is touched only as it is needed. */
 static void page_extend(hz_heap_t *heap, hz_page_t *page) {
-    uint32_t size = page->block_size;
-    uint32_t n = page->reserved - page->capacity;
+    uint32_t size = page->block_size, capacity = hz_page_capacity(page);
+    uint32_t n = page->reserved - capacity;
     uint32_t want = (16u << 10) / size;
     if (want < 4) want = 4;
     if (n > want) n = want;
-    char *first = page->start + (size_t)page->capacity * size;
+    char *first = page->start + (size_t)capacity * size;
 #if HZ_HARDENED
     /* In a random order, so that neighbours in memory are not neighbours in time. */
     uint16_t order[(16u << 10) / HZ_ALIGNMENT];
@@ -73,16 +73,7 @@ static void page_extend(hz_heap_t *heap, hz_page_t *page) {
     page->free = first;
 #endif
     page->free_is_zero = page->zero_span;
-    page->capacity += n;
-}
-
-/* block_shift and block_inv for hz_block_index. */
-static void page_set_divisor(hz_page_t *page) {
-    uint32_t s = (uint32_t)__builtin_ctz(page->block_size), odd = page->block_size >> s;
-    uint32_t inv = odd; /* Newton's iteration doubles the correct low bits each step */
-    for (int i = 0; i < 5; i++) inv *= 2u - odd * inv;
-    page->block_shift = (uint8_t)s;
-    page->block_inv = inv;
+    page->carved_rank += n * hz_rank_step(page);
 }
 
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
@@ -106,9 +97,10 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
 #endif
     page->cls = (uint8_t)cls;
     page->block_size = hz_class_size[cls];
-    page->reserved = (uint32_t)((size_t)(end - page->start) / page->block_size);
+    page->reserved = (uint16_t)((size_t)(end - page->start) / page->block_size);
+    page->block_mul = UINT64_MAX / page->block_size + 1 +
+                      ((page->block_size & (page->block_size - 1)) == 0); /* see hz_block_rank */
     page->free = seg; /* an empty list that ends within the segment */
-    page_set_divisor(page);
     hz_stat_inc(heap->stats.pages_made);
     return page;
 }
@@ -177,7 +169,7 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     for (; page != NULL; page = next) {
         next = page->next;
         if (!hz_list_end(page->free)) break;
-        if (page->capacity < page->reserved) {
+        if (page->carved_rank < page->reserved * hz_rank_step(page)) { /* room to carve */
             page_extend(heap, page);
             break;
         }

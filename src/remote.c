@@ -66,7 +66,8 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
 #if HZ_HARDENING
     /* Against `reserved`, which only the page's creation writes: the owner checks
      * against the blocks carved so far when it takes the block in. */
-    if (hz_unlikely(hz_block_index(page, p) >= page->reserved)) hz_free_invalid(page, p);
+    if (hz_unlikely(hz_block_rank(page, p) >= page->reserved * hz_rank_step(page)))
+        hz_free_invalid(page, p);
     if (hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
 #endif
 #if HZ_HARDENED
@@ -101,7 +102,7 @@ void hz_heap_collect(hz_heap_t *heap) {
 #if HZ_HARDENING
             hz_page_t *page = hz_block_page(list);
             if (page == NULL || hz_segment_of(list)->heap != heap ||
-                hz_block_index(page, list) >= page->capacity)
+                !hz_block_carved(page, list))
                 hz_report_corrupt(list, 0);
 #else
             hz_page_t *page = hz_page_of(hz_segment_of(list), list);

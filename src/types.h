@@ -159,18 +159,18 @@ typedef struct hz_page {
                             free block is left: one signed test in free catches both
                             "now empty" and "was full" */
     uint32_t block_size;
-    uint32_t capacity;   /* blocks carved from the span so far */
-    uint32_t reserved;   /* blocks the span can hold */
+    uint64_t carved_rank;/* capacity (blocks carved from the span so far) times the
+                            rank step: below it exactly the ranks of carved blocks */
     uint8_t cls;
     uint8_t free_is_zero;/* blocks on free are zero past their link word */
     uint8_t zero_span;   /* span memory was untouched when the page was made */
     uint8_t units;       /* span length in units */
     uint8_t first_unit;
     uint8_t in_queue;
-    uint8_t block_shift; /* block_size = 2^block_shift * odd; with block_inv, the */
+    uint16_t reserved;   /* blocks the span can hold (at most 4096) */
     char *start;         /* first block */
     struct hz_page *next, *prev; /* class queue */
-    uint32_t block_inv;  /* ...inverse of the odd part mod 2^32: see hz_block_index */
+    uint64_t block_mul;  /* 2^64 / block_size, rounded up: see hz_block_rank */
 } hz_page_t;
 
 struct hz_heap;
