@@ -68,6 +68,16 @@ void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t r
     return hz_page_take(heap, page, block, hz_link_far(page, block, rel));
 }
 
+#if HZ_HARDENING
+/* Behind hz_alloc_fast: the head of page's list did not decode as a link within
+ * the segment.  Either the list is empty, or it crosses segments (the stash), or it
+ * is broken (hz_link_far tells the last two apart). */
+void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) {
+    if (hz_list_end(block)) return hz_alloc_slow(size);
+    return hz_page_pop_far(hz_tls_heap, page, block, rel);
+}
+#endif
+
 /* Behind hz_free_fast: NULL, a large block, or a pointer that is not ours. */
 void hz_free_other(void *p) {
     if (p == NULL) return;

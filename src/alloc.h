@@ -40,8 +40,15 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
     else
         return hz_alloc_slow(size);
     void *block = page->free;
+#if HZ_HARDENING
+    /* The end of a list reads as no link: one compare for "empty" and "broken". */
+    uintptr_t rel = hz_link_rel(block);
+    if (hz_unlikely(rel > HZ_SEGMENT_MASK)) return hz_alloc_off_list(size, page, block, rel);
+    return hz_page_take(heap, page, block, rel);
+#else
     if (hz_unlikely(hz_list_end(block))) return hz_alloc_slow(size);
     return hz_page_pop(heap, page, block);
+#endif
 }
 
 HZ_INLINE void hz_free_fast(void *p) {

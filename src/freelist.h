@@ -13,8 +13,13 @@
  * to something else and stops the program; the key also keeps a leaked link from
  * revealing a heap address.  A block handed out gets 0 in that word, which never
  * decodes as a link, so a block freed twice is caught when the list reaches its
- * second entry.  A list ends at a segment-aligned value (NULL or the base of the
- * segment the last block is in), which the same compare accepts.
+ * second entry.  A page's list ends at the base of its segment, whose first word is
+ * always 0: the link of the last block passes the compare, and the end, read as a
+ * block, does not.  So the fast path reads the head's word before knowing whether
+ * the list is empty, and one compare tells "a block to hand out" from "empty or
+ * broken".  Lists outside segments (an empty page's, the stash's) end at
+ * hz_list_end_word, a read-only 0.  Without hardening lists end at a segment-aligned
+ * value (NULL or a segment base) that the fast path tests before reading it.
  *
  * Lists that cross segments (remote frees, the stash) follow their links in slow
  * paths that check each block in full (guard.c).
@@ -26,8 +31,18 @@
 
 extern uint64_t hz_list_key HZ_HIDDEN;
 
+#if HZ_HARDENING
+extern const uintptr_t hz_list_end_word HZ_HIDDEN;
+/* The end of a list that is in no segment. */
+#define HZ_LIST_EMPTY ((void *)&hz_list_end_word)
 /* A list head or link that ends the list. */
+HZ_INLINE bool hz_list_end(const void *p) {
+    return ((uintptr_t)p & HZ_SEGMENT_MASK) == 0 || p == HZ_LIST_EMPTY;
+}
+#else
+#define HZ_LIST_EMPTY NULL
 HZ_INLINE bool hz_list_end(const void *p) { return ((uintptr_t)p & HZ_SEGMENT_MASK) == 0; }
+#endif
 
 #if HZ_HARDENING
 /* Link block to next. */

@@ -9,7 +9,12 @@
 
 #include "freelist.h"
 
-uint64_t hz_list_key;
+/* Until hz_guard_init draws the secret (no list exists before), a key that makes a
+ * zero word decode as no link, as every key must. */
+uint64_t hz_list_key = ~(uint64_t)HZ_SEGMENT_MASK;
+#if HZ_HARDENING
+const uintptr_t hz_list_end_word = 0;
+#endif
 
 static uint64_t mix64(uint64_t x) { /* a bijective mixer (splitmix64's finaliser) */
     x ^= x >> 30;
@@ -44,14 +49,14 @@ uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
 #if HZ_STASH_BLOCKS
     /* The stash (a descriptor of no span) holds blocks of many segments. */
     const void *next = (const void *)(rel ^ (uintptr_t)block);
-    if (page->units == 0 && (next == NULL || hz_block_page(next) != NULL)) return rel;
+    if (page->units == 0 && (next == HZ_LIST_EMPTY || hz_block_page(next) != NULL)) return rel;
 #endif
     hz_report_corrupt(block, page->block_size);
 }
 
 bool hz_block_on_list(const void *p) {
     const void *next = hz_link_next(p);
-    if (next == NULL) return true; /* the last of a remote list or the stash */
+    if (next == NULL || next == HZ_LIST_EMPTY) return true; /* last of a remote list, the stash */
     if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
     return hz_block_page(next) != NULL;
 }

@@ -10,7 +10,7 @@
 
 #include "freelist.h"
 
-hz_page_t hz_empty_page;
+hz_page_t hz_empty_page = {.free = HZ_LIST_EMPTY};
 hz_heap_t hz_empty_heap = {
     .direct = {[0 ... HZ_DIRECT_SLOTS - 1] = &hz_empty_page},
     .current = {[0 ... HZ_CLASSES - 1] = &hz_empty_page},

@@ -266,6 +266,7 @@ bool hz_process_ready(void) HZ_HIDDEN;
 /* ------------------------------------------------------------- entry points */
 void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
+void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void hz_free_other(void *p) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;

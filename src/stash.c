@@ -15,6 +15,7 @@ void hz_stash_init(hz_heap_t *heap) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
         heap->stash[c].list.cls = (uint8_t)c;
         heap->stash[c].list.block_size = hz_class_size[c];
+        heap->stash[c].list.free = HZ_LIST_EMPTY;
     }
 }
 
@@ -56,7 +57,7 @@ void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
     void *p = st->list.free;
     if (hz_list_end(p)) return NULL;
     void *next = hz_link_next(p); /* the list crosses segments: check the block in full */
-    if (HZ_HARDENING && next != NULL && hz_block_page(next) == NULL) hz_report_corrupt(p, 0);
+    if (HZ_HARDENING && !hz_list_end(next) && hz_block_page(next) == NULL) hz_report_corrupt(p, 0);
     st->list.free = next;
     stash_count(st);
     st->held--;

@@ -182,6 +182,7 @@ typedef struct hz_stash {
 } hz_stash_t;
 
 typedef struct hz_segment {
+    uintptr_t list_end;          /* always 0: where the segment's free lists end (freelist.h) */
     struct hz_heap *heap;        /* owner; stable while any block in it is live */
     uint64_t free_units;         /* bit i: unit i holds no page */
     uint64_t dirty_units;        /* bit i: unit i may hold non-zero data */
