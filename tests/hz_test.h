@@ -126,6 +126,14 @@ static inline int hz_test_checked_variant(void)
     return v && strcmp(v, "hakozuna_debug") == 0;
 }
 
+/* Nonzero under a variant that holds freed blocks back in a quarantine on purpose
+ * (checked, hardened): memory returned after a free is reported there, not bounded. */
+static inline int hz_test_quarantine_variant(void)
+{
+    const char *v = getenv("HZ_TEST_VARIANT");
+    return v && (strcmp(v, "hakozuna_debug") == 0 || strcmp(v, "hakozuna_hardened") == 0);
+}
+
 static inline int hz_test_allow_system(void)
 {
     const char *e = getenv("HZ_TEST_ALLOW_SYSTEM");
