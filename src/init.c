@@ -138,7 +138,12 @@ bool hz_lock_try(hz_lock_t *l) {
  * locks that thread holds are left alone (it cannot wait for itself), the child
  * forgets what they guard, and the child's thread starts a new heap if its own was
  * mid-update.  Below such a lock in the order, another holder may be waiting for it:
- * prepare waits for those only so long, then the child forgets them too. */
+ * prepare waits for those only so long, then the child forgets them too.
+ *
+ * Several threads may fork at once (each from its own signal handler): a lock that
+ * another fork holds is waited for only so long too, and which locks a fork took is
+ * read from the locks themselves (holder = this thread's token with HZ_LOCK_FORK),
+ * never from a shared variable another fork could overwrite. */
 static const struct {
     hz_lock_t *(*lock)(void);
     void (*forget)(void); /* NULL: nothing to forget */
@@ -151,19 +156,23 @@ static const struct {
     {hz_meta_lock, hz_meta_forget},
 };
 #define FORK_LOCKS (sizeof fork_locks / sizeof fork_locks[0])
-#define FORK_BOUNDED_SPINS 100000u
-static unsigned fork_taken; /* bit i: prepare holds fork_locks[i] */
+#define FORK_BOUNDED_SPINS 5000u
 
-static bool fork_take(hz_lock_t *l, bool bounded) {
+static void fork_take(hz_lock_t *l, bool bounded) {
     uintptr_t mine = thread_token() | HZ_LOCK_FORK;
     for (unsigned spins = 0;; spins++) {
         uintptr_t expect = 0;
         if (atomic_compare_exchange_weak_explicit(&l->holder, &expect, mine,
                                                   memory_order_acquire, memory_order_relaxed))
-            return true;
-        if (bounded && spins > FORK_BOUNDED_SPINS) return false;
+            return;
+        if ((bounded || (expect & HZ_LOCK_FORK)) && spins > FORK_BOUNDED_SPINS) return;
         if (spins > 64) hz_os_yield();
     }
+}
+
+static bool fork_took(unsigned i) {
+    return atomic_load_explicit(&fork_locks[i].lock()->holder, memory_order_relaxed) ==
+           (thread_token() | HZ_LOCK_FORK);
 }
 
 static void fork_prepare(void) {
@@ -172,27 +181,24 @@ static void fork_prepare(void) {
     for (unsigned i = 0; i < FORK_LOCKS; i++)
         if (atomic_load_explicit(&fork_locks[i].lock()->holder, memory_order_relaxed) == me)
             below = i;
-    unsigned taken = 0;
     for (unsigned i = 0; i < FORK_LOCKS; i++) {
         hz_lock_t *l = fork_locks[i].lock();
         if (atomic_load_explicit(&l->holder, memory_order_relaxed) == me) continue;
-        if (fork_take(l, i < below)) taken |= 1u << i;
+        fork_take(l, i < below);
     }
-    fork_taken = taken;
 }
 
 static void fork_parent(void) {
     for (unsigned i = 0; i < FORK_LOCKS; i++)
-        if (fork_taken & (1u << i))
+        if (fork_took(i))
             atomic_store_explicit(&fork_locks[i].lock()->holder, 0, memory_order_release);
 }
 
 static void fork_child(void) {
     for (unsigned i = FORK_LOCKS; i-- > 0;) {
-        if (!(fork_taken & (1u << i)) && fork_locks[i].forget != NULL) fork_locks[i].forget();
+        if (!fork_took(i) && fork_locks[i].forget != NULL) fork_locks[i].forget();
         atomic_store_explicit(&fork_locks[i].lock()->holder, 0, memory_order_release);
     }
-    fork_taken = 0;
     hz_heaps_fork_child();
 }
 
