@@ -212,8 +212,7 @@ static int checked_variant_stops(void)
 int main(void)
 {
     int hz = hz_test_require_loaded();
-    const char *variant = getenv("HZ_TEST_VARIANT");
-    if (hz && variant && strcmp(variant, "hakozuna_debug") == 0)
+    if (hz && hz_test_checked_variant())
         return checked_variant_stops();
     struct hz_stats st0, st1;
     int have = hz && hz_test_stats(&st0);

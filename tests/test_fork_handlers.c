@@ -28,13 +28,6 @@ static atomic_int stop;
 static _Atomic(void *) shared[16];
 static void *volatile sink; /* keeps the compiler from eliding malloc/free pairs */
 
-static void watchdog(int sig)
-{
-    (void)sig;
-    hz_test_say("FAIL test_fork_handlers: hung (fork or an atfork handler deadlocked)\n");
-    _exit(1);
-}
-
 static void *touch(size_t n)
 {
     char *p = (char *)malloc(n);
@@ -127,8 +120,7 @@ static void *worker(void *arg)
 
 int main(void)
 {
-    signal(SIGALRM, watchdog);
-    alarm(240);
+    hz_test_watchdog(240, "test_fork_handlers (fork or an atfork handler deadlocked)");
     free(touch(16));
     CHECK(pthread_atfork(late_prepare, late_parent, late_child) == 0, "pthread_atfork failed");
     hz_test_require_loaded();

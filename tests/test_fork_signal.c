@@ -25,13 +25,6 @@
 static atomic_int forks, failures, stop;
 static _Atomic(void *) shared[16];
 
-static void watchdog(int sig)
-{
-    (void)sig;
-    hz_test_say("FAIL test_fork_signal: hung (a fork from a signal handler deadlocked)\n");
-    _exit(1);
-}
-
 /* The crash handler: fork, let the child allocate a little, wait for it. */
 static void fork_from_handler(int sig)
 {
@@ -104,8 +97,7 @@ static void *worker(void *arg)
 
 int main(void)
 {
-    signal(SIGALRM, watchdog);
-    alarm(90);
+    hz_test_watchdog(90, "test_fork_signal (a fork from a signal handler deadlocked)");
     phase1();
     int phase1_forks = atomic_load(&forks);
     CHECK(atomic_load(&failures) == 0, "phase 1: %d of %d children failed", atomic_load(&failures),

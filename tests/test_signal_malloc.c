@@ -20,13 +20,6 @@ static atomic_int stop;
 static atomic_long handled, handler_null;
 static atomic_long progress[NWORKERS];
 
-static void watchdog(int sig)
-{
-    (void)sig;
-    hz_test_say("FAIL test_signal_malloc: hung (malloc in a signal handler deadlocked)\n");
-    _exit(1);
-}
-
 static void handler(int sig)
 {
     (void)sig;
@@ -63,8 +56,7 @@ static void *worker(void *arg)
 
 int main(void)
 {
-    signal(SIGALRM, watchdog);
-    alarm(60);
+    hz_test_watchdog(60, "test_signal_malloc (malloc in a signal handler deadlocked)");
     hz_test_require_loaded();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
