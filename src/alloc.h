@@ -52,18 +52,14 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
 }
 
 HZ_INLINE void hz_free_fast(void *p) {
-    uintptr_t a = (uintptr_t)p;
-    if (hz_unlikely(hz_segmap_kind(a) != HZ_SEG_SMALL)) {
-        hz_free_other(p); /* NULL, large, or not ours */
+    hz_heap_t *heap = hz_tls_heap;
+    /* A small segment's map entry is its owner: one compare for "this heap's block". */
+    if (hz_unlikely(hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap)) {
+        hz_free_other(heap, p); /* another heap's, NULL, large, or not ours */
         return;
     }
     hz_segment_t *seg = hz_segment_of(p);
     hz_page_t *page = hz_page_of(seg, p);
-    hz_heap_t *heap = hz_tls_heap;
-    if (hz_unlikely(seg->heap != heap)) {
-        hz_free_remote(heap, seg, page, p);
-        return;
-    }
 #if HZ_HARDENED
     hz_free_quarantine(heap, page, p);
     return;

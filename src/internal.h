@@ -106,19 +106,25 @@ HZ_INLINE unsigned hz_size_class(size_t n) {
 }
 
 /* ------------------------------------------------------------ segment map */
-extern _Atomic(_Atomic uint8_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] HZ_HIDDEN;
+extern _Atomic(_Atomic uintptr_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] HZ_HIDDEN;
 
-/* Kind of the segment holding address a: two dependent loads, no test for a missing
- * leaf (absent leaves are the shared zero leaf). */
-HZ_INLINE unsigned hz_segmap_kind(uintptr_t a) {
+/* Map entry of the segment holding address a (types.h): two dependent loads, no test
+ * for a missing leaf (absent leaves are the shared zero leaf). */
+HZ_INLINE uintptr_t hz_segmap_entry(uintptr_t a) {
     uintptr_t top = a >> HZ_SEGMAP_TOP_SHIFT;
     if (hz_unlikely(top >= HZ_SEGMAP_TOP_ENTRIES)) return HZ_SEG_NONE;
-    _Atomic uint8_t *leaf = atomic_load_explicit(&hz_segmap_top[top], memory_order_relaxed);
+    _Atomic uintptr_t *leaf = atomic_load_explicit(&hz_segmap_top[top], memory_order_relaxed);
     return atomic_load_explicit(&leaf[(a >> HZ_SEGMENT_SHIFT) & (HZ_SEGMAP_LEAF_ENTRIES - 1)],
                                 memory_order_relaxed);
 }
+HZ_INLINE unsigned hz_segmap_kind(uintptr_t a) {
+    uintptr_t e = hz_segmap_entry(a);
+    return e > HZ_SEG_LARGE ? HZ_SEG_SMALL : (unsigned)e;
+}
 bool hz_segmap_prepare(const void *seg) HZ_HIDDEN;
+/* Record seg as HZ_SEG_NONE or HZ_SEG_LARGE, or as a small segment of `owner`. */
 void hz_segmap_set(const void *seg, unsigned kind) HZ_HIDDEN;
+void hz_segmap_set_owner(const void *seg, const hz_heap_t *owner) HZ_HIDDEN;
 HZ_INLINE hz_segment_t *hz_segment_of(const void *p) {
     return (hz_segment_t *)((uintptr_t)p & ~(uintptr_t)HZ_SEGMENT_MASK);
 }
@@ -267,7 +273,7 @@ bool hz_process_ready(void) HZ_HIDDEN;
 void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
-void hz_free_other(void *p) HZ_HIDDEN;
+void hz_free_other(hz_heap_t *heap, void *p) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;
 void *hz_realloc_foreign(void *p, size_t size, void *(*alloc)(size_t)) HZ_HIDDEN;

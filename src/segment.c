@@ -10,12 +10,13 @@
 /* ------------------------------------------------------------ segment map */
 /* Lets free() tell our pointers from others' without touching their memory.  Leaves
  * are mapped on demand and never unmapped; the zero leaf is never written. */
-static _Atomic uint8_t zero_leaf[HZ_SEGMAP_LEAF_ENTRIES];
-_Atomic(_Atomic uint8_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] = {
+#define LEAF_BYTES (HZ_SEGMAP_LEAF_ENTRIES * sizeof(uintptr_t))
+static _Atomic uintptr_t zero_leaf[HZ_SEGMAP_LEAF_ENTRIES];
+_Atomic(_Atomic uintptr_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] = {
     [0 ... HZ_SEGMAP_TOP_ENTRIES - 1] = zero_leaf,
 };
 
-static _Atomic uint8_t *leaf_of(const void *seg) {
+static _Atomic uintptr_t *leaf_of(const void *seg) {
     return atomic_load_explicit(&hz_segmap_top[(uintptr_t)seg >> HZ_SEGMAP_TOP_SHIFT],
                                 memory_order_acquire);
 }
@@ -23,24 +24,29 @@ static _Atomic uint8_t *leaf_of(const void *seg) {
 /* Make sure seg has a leaf of its own, so that hz_segmap_set cannot fail. */
 bool hz_segmap_prepare(const void *seg) {
     if (leaf_of(seg) != zero_leaf) return true;
-    _Atomic uint8_t *fresh = hz_os_map_aligned(HZ_SEGMAP_LEAF_ENTRIES, 0);
+    _Atomic uintptr_t *fresh = hz_os_map_aligned(LEAF_BYTES, 0);
     if (fresh == NULL) return false;
-    _Atomic uint8_t *expect = zero_leaf;
+    _Atomic uintptr_t *expect = zero_leaf;
     if (atomic_compare_exchange_strong(&hz_segmap_top[(uintptr_t)seg >> HZ_SEGMAP_TOP_SHIFT],
                                        &expect, fresh)) {
-        hz_gstat_add(bytes_meta, HZ_SEGMAP_LEAF_ENTRIES);
+        hz_gstat_add(bytes_meta, LEAF_BYTES);
     } else { /* another thread won */
-        hz_os_unmap(fresh, HZ_SEGMAP_LEAF_ENTRIES, HZ_SEGMAP_LEAF_ENTRIES);
+        hz_os_unmap(fresh, LEAF_BYTES, LEAF_BYTES);
     }
     return true;
 }
 
-/* Record seg's kind (its leaf prepared, unless kind is HZ_SEG_NONE). */
-void hz_segmap_set(const void *seg, unsigned kind) {
-    _Atomic uint8_t *leaf = leaf_of(seg);
+/* Store seg's entry (its leaf prepared, unless the entry is HZ_SEG_NONE). */
+static void segmap_store(const void *seg, uintptr_t entry) {
+    _Atomic uintptr_t *leaf = leaf_of(seg);
     if (leaf == zero_leaf) return; /* never set: reads as HZ_SEG_NONE already */
     atomic_store_explicit(&leaf[((uintptr_t)seg >> HZ_SEGMENT_SHIFT) & (HZ_SEGMAP_LEAF_ENTRIES - 1)],
-                          (uint8_t)kind, memory_order_release);
+                          entry, memory_order_release);
+}
+
+void hz_segmap_set(const void *seg, unsigned kind) { segmap_store(seg, kind); }
+void hz_segmap_set_owner(const void *seg, const hz_heap_t *owner) {
+    segmap_store(seg, (uintptr_t)owner);
 }
 
 /* --------------------------------------------------------------- segments */
@@ -201,7 +207,7 @@ static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     seg->next = heap->segments;
     if (heap->segments) heap->segments->prev = seg;
     heap->segments = seg;
-    hz_segmap_set(seg, HZ_SEG_SMALL);
+    hz_segmap_set_owner(seg, heap);
     return seg;
 }
 

@@ -131,8 +131,9 @@
 #define HZ_VA_BITS 48
 #endif
 /* The segment map has two levels: a static top table of leaf pointers, and leaves of
- * one byte per segment (64 KiB each, covering 256 GiB), mapped when a segment first
- * lands in their range.  Unused top entries point to a shared all-zero leaf. */
+ * one word per segment (512 KiB of address space each, covering 256 GiB, committed
+ * as touched), mapped when a segment first lands in their range.  Unused top entries
+ * point to a shared all-zero leaf. */
 #define HZ_SEGMAP_LEAF_BITS 16
 #define HZ_SEGMAP_LEAF_ENTRIES ((size_t)1 << HZ_SEGMAP_LEAF_BITS)
 #define HZ_SEGMAP_TOP_SHIFT (HZ_SEGMENT_SHIFT + HZ_SEGMAP_LEAF_BITS)
@@ -146,7 +147,9 @@
 #define HZ_CLASSES 121                         /* class 0 unused; 1..120 */
 #define HZ_ALIGNED_CLASS_MAX HZ_MEDIUM_MAX     /* larger alignments go to the large path */
 
-/* Segment map entries. */
+/* Segment kinds.  A small segment's map entry is its owner heap's address, so that
+ * free tells "a block of this thread's heap" from everything else with one compare;
+ * other entries are HZ_SEG_NONE or HZ_SEG_LARGE (never a heap address). */
 enum { HZ_SEG_NONE = 0, HZ_SEG_SMALL = 1, HZ_SEG_LARGE = 2 };
 
 /* ----------------------------------------------------------------- pages */
