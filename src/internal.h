@@ -91,7 +91,8 @@ static inline void hz_lock_release(hz_lock_t *l) {
 
 /* ------------------------------------------------------------ size classes */
 extern uint32_t hz_class_size[HZ_CLASSES] HZ_HIDDEN;
-extern uint8_t hz_class_units[HZ_CLASSES] HZ_HIDDEN;
+extern uint8_t hz_class_units[HZ_CLASSES] HZ_HIDDEN;       /* a page's span length */
+extern uint8_t hz_class_first_units[HZ_CLASSES] HZ_HIDDEN; /* a class's first page's */
 extern uint8_t hz_class_align_units[HZ_CLASSES] HZ_HIDDEN;
 void hz_sizeclass_init(void) HZ_HIDDEN;
 unsigned hz_aligned_class(size_t size, size_t alignment) HZ_HIDDEN;

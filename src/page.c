@@ -77,8 +77,15 @@ static void page_extend(hz_heap_t *heap, hz_page_t *page) {
 }
 
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
-    hz_page_t *page = hz_span_alloc(heap, hz_class_units[cls], hz_class_align_units[cls]);
+    /* A page is made only when every page the class holds is full: a class with
+     * pages has filled one, and gets a long page.  Its first is short, and so is any
+     * page that memory (a tight RLIMIT_AS) has no room for at full length. */
+    hz_page_queue_t *q = &heap->queues[cls];
+    hz_page_t *page = NULL;
+    if (q->pages > 0) page = hz_span_alloc(heap, hz_class_units[cls], hz_class_align_units[cls]);
+    if (page == NULL) page = hz_span_alloc(heap, hz_class_first_units[cls], hz_class_align_units[cls]);
     if (page == NULL) return NULL;
+    q->pages++;
     hz_segment_t *seg = hz_segment_of(page);
     char *end = (char *)seg + (size_t)(page->first_unit + page->units) * HZ_UNIT_SIZE;
 #if HZ_HARDENED
@@ -116,6 +123,7 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
 #if HZ_HARDENING
     hz_page_verify_empty(page); /* a double free may have made it look empty */
 #endif
+    heap->queues[cls].pages--;
     hz_span_free(heap, page);
 }
 

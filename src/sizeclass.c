@@ -3,6 +3,7 @@
 
 uint32_t hz_class_size[HZ_CLASSES];
 uint8_t hz_class_units[HZ_CLASSES];
+uint8_t hz_class_first_units[HZ_CLASSES];
 uint8_t hz_class_align_units[HZ_CLASSES];
 
 static uint32_t class_size_formula(unsigned c) {
@@ -11,10 +12,9 @@ static uint32_t class_size_formula(unsigned c) {
     return (1u << k) + ((sub + 1u) << (k - 3));
 }
 
-/* Span length: enough units for at least 8 blocks (4 above 32 KiB, 1 above 256 KiB),
- * grown until the tail left after the last block is at most 1/8 of the span. */
-static uint8_t class_units(uint32_t size) {
-    size_t min_blocks = size > (256u << 10) ? 1 : size > (32u << 10) ? 4 : 8;
+/* Span length: enough units for at least `min_blocks` blocks, grown until the tail left
+ * after the last block is at most 1/8 of the span. */
+static uint8_t span_units(uint32_t size, size_t min_blocks) {
     size_t units = (min_blocks * size + HZ_UNIT_SIZE - 1) / HZ_UNIT_SIZE;
     for (; units < HZ_UNITS - 1; units++) {
         size_t bytes = units * HZ_UNIT_SIZE;
@@ -23,13 +23,30 @@ static uint8_t class_units(uint32_t size) {
     return (uint8_t)units;
 }
 
+/* A class's first page holds at least 8 blocks (4 above 32 KiB, 1 above 256 KiB), so
+ * a program that uses a class a little maps and touches little for it.  Once a page
+ * of the class has filled, its next pages hold 32 (8 above 32 KiB, 4 above 128 KiB):
+ * with 8, a page ran dry while its class's free blocks sat on other pages, and one
+ * 2-32 KiB malloc in fourteen took the slow path. */
+static uint8_t first_page_units(uint32_t size) {
+    return span_units(size, size > (256u << 10) ? 1 : size > (32u << 10) ? 4 : 8);
+}
+
+static uint8_t page_units(uint32_t size) {
+    return span_units(size, size > (256u << 10)   ? 1
+                            : size > (128u << 10) ? 4
+                            : size > (32u << 10)  ? 8
+                                                  : 32);
+}
+
 static size_t pow2_divisor(size_t x) { return x & (~x + 1); }
 
 void hz_sizeclass_init(void) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
         uint32_t size = class_size_formula(c);
         hz_class_size[c] = size;
-        hz_class_units[c] = class_units(size);
+        hz_class_units[c] = page_units(size);
+        hz_class_first_units[c] = first_page_units(size);
         /* Spans start at a multiple of the largest power of two dividing the block
          * size (in units), so every block is aligned to it: 1 MiB blocks to 1 MiB. */
         size_t align = pow2_divisor(size);
@@ -39,9 +56,9 @@ void hz_sizeclass_init(void) {
 
 /* The alignment every block of class c has: its size's largest power-of-two divisor,
  * at most that of its spans' starts (single-unit spans may start right after the
- * segment header). */
+ * segment header; a first page is the shorter one). */
 static size_t class_block_alignment(unsigned c) {
-    size_t start = hz_class_units[c] == 1 ? pow2_divisor(HZ_SEGMENT_HEADER)
+    size_t start = hz_class_first_units[c] == 1 ? pow2_divisor(HZ_SEGMENT_HEADER)
                                           : (size_t)hz_class_align_units[c] * HZ_UNIT_SIZE;
     size_t block = pow2_divisor(hz_class_size[c]);
     return block < start ? block : start;

@@ -202,7 +202,8 @@ _Static_assert(sizeof(hz_segment_t) <= HZ_SEGMENT_HEADER, "segment header too bi
 _Static_assert(sizeof(hz_page_t) <= 64, "page descriptor should fit a cache line");
 
 typedef struct hz_page_queue {
-    hz_page_t *first, *last;
+    hz_page_t *first, *last; /* pages with free blocks, or not yet known to be full */
+    uint32_t pages;          /* every page of the class the heap holds, full ones too */
 } hz_page_queue_t;
 
 /* Remote frees waiting to be posted to one owner. */

@@ -105,6 +105,32 @@ static void test_lookup(void) {
     EXPECT(hz_stats_get(NULL, 0) == -1 && errno == EINVAL, "hz_stats_get(NULL)");
 }
 
+static void test_page_lengths(void) {
+    /* A class's first page is short; the next, made when it is full, is long. */
+    enum { MAX_BLOCKS = 64 };
+    size_t n = 20000;
+    unsigned cls = hz_size_class(CORE_SIZE(n));
+    EXPECT(hz_class_first_units[cls] < hz_class_units[cls], "class %u: no short first page", cls);
+    bool fresh = hz_tls_heap->queues[cls].pages == 0;
+    char *blocks[MAX_BLOCKS];
+    hz_page_t *first = NULL, *next = NULL;
+    unsigned count = 0;
+    while (next == NULL && count < MAX_BLOCKS) {
+        char *p = blocks[count++] = hz_malloc(n);
+        EXPECT(p != NULL, "malloc %zu", n);
+        if (p == NULL) break;
+        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
+        if (first == NULL) first = page;
+        else if (page != first) next = page;
+    }
+    EXPECT(next != NULL, "%u blocks of %zu B on one page", count, n);
+    if (fresh && first != NULL) EXPECT(first->units == hz_class_first_units[cls],
+                                       "first page of class %u: %u units", cls, first->units);
+    if (fresh && next != NULL) EXPECT(next->units == hz_class_units[cls],
+                                      "second page of class %u: %u units", cls, next->units);
+    while (count > 0) hz_free(blocks[--count]);
+}
+
 static void test_reuse_and_zero(void) {
     /* A freed block is handed out again (LIFO) and calloc memory is zero after reuse. */
     char *a = hz_malloc(48);
@@ -179,12 +205,13 @@ static void test_stash(void) {}
 int main(void) {
     test_classes();
     test_lookup();
+    test_page_lengths();
     test_reuse_and_zero();
     test_stash();
     if (failures) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, lookup, reuse, stash: ok\n", HZ_VARIANT_NAME);
+    printf("unit_core (%s): size classes, lookup, page lengths, reuse, stash: ok\n", HZ_VARIANT_NAME);
     return 0;
 }
