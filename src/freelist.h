@@ -84,6 +84,8 @@ HZ_COLD __attribute__((noreturn)) void hz_report_corrupt(const void *p, size_t b
 bool hz_block_on_list(const void *p) HZ_HIDDEN;
 /* A page about to be retired: its list must hold every carved block once. */
 void hz_page_verify_empty(const hz_page_t *page) HZ_HIDDEN;
+/* The same check, answered instead of reported. */
+bool hz_page_list_whole(const hz_page_t *page) HZ_HIDDEN;
 #if HZ_HARDENED
 /* The hardened variant's free of a block of the caller's heap. */
 void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;

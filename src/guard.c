@@ -63,16 +63,34 @@ bool hz_block_on_list(const void *p) {
 
 /* Every carved block once, then the end: anything else means a block was freed
  * twice (the page only looks empty) or the list was overwritten. */
-void hz_page_verify_empty(const hz_page_t *page) {
+enum list_state { LIST_WHOLE, LIST_WRONG_LENGTH, LIST_BROKEN_LINK };
+
+static enum list_state list_check(const hz_page_t *page, const char **at) {
     const char *b = page->free;
     for (uint32_t i = 0, n = hz_page_capacity(page); i < n; i++) {
-        if (hz_list_end(b) || !hz_block_carved(page, b))
-            hz_report_double_free(NULL, page->block_size);
+        if (hz_list_end(b) || !hz_block_carved(page, b)) return LIST_WRONG_LENGTH;
         uintptr_t rel = hz_link_rel(b);
-        if (rel > HZ_SEGMENT_MASK) hz_report_corrupt(b, page->block_size);
+        if (rel > HZ_SEGMENT_MASK) {
+            *at = b;
+            return LIST_BROKEN_LINK;
+        }
         b = (const char *)(rel ^ (uintptr_t)b);
     }
-    if (!hz_list_end(b)) hz_report_double_free(NULL, page->block_size);
+    return hz_list_end(b) ? LIST_WHOLE : LIST_WRONG_LENGTH;
+}
+
+void hz_page_verify_empty(const hz_page_t *page) {
+    const char *at = NULL;
+    switch (list_check(page, &at)) {
+    case LIST_WHOLE: return;
+    case LIST_WRONG_LENGTH: hz_report_double_free(NULL, page->block_size);
+    case LIST_BROKEN_LINK: hz_report_corrupt(at, page->block_size);
+    }
+}
+
+bool hz_page_list_whole(const hz_page_t *page) {
+    const char *at = NULL;
+    return list_check(page, &at) == LIST_WHOLE;
 }
 
 /* ------------------------------------------------------ hardened variant */

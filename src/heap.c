@@ -233,7 +233,11 @@ void hz_heaps_forget(void) {
 /* In the child, only the forking thread is left.  The heaps of the others may have
  * been mid-update: they are orphaned, never adopted nor tidied, and their blocks stay
  * valid and freeable.  So is the forking thread's own heap if fork interrupted it
- * inside a slow path (fork from a signal handler): the thread starts a new one. */
+ * inside a slow path (fork from a signal handler): the thread starts a new one.  A
+ * fork from a signal handler may also have interrupted one of its fast paths, which
+ * mark nothing: a block taken off a list but not yet counted.  So the heap the child
+ * keeps is marked: a page of it whose list comes up short when it empties is left
+ * alone (one page lost) instead of being reported as a double free (page.c). */
 void hz_heaps_fork_child(void) {
     hz_heap_t *self = hz_tls_heap;
     bool own = self != &hz_empty_heap && self != &hz_exiting_heap;
@@ -241,6 +245,7 @@ void hz_heaps_fork_child(void) {
         own = false;
         hz_tls_heap = &hz_empty_heap;
     }
+    if (own) self->forked = true;
     for (hz_heap_t *h = all_heaps; h != NULL; h = h->next_all) {
         if ((h != self || !own) && atomic_load_explicit(&h->state, memory_order_relaxed) ==
                                        HZ_HEAP_OWNED)

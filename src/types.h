@@ -252,6 +252,7 @@ typedef struct hz_heap {
     uint64_t purge_at_ms;               /* next purge epoch, 0 when none is due */
     _Atomic int state;                  /* read by threads that free into this heap */
     int busy;                           /* owner inside a slow path (fork checks it) */
+    bool forked;                        /* kept by a fork child's thread (heap.c) */
     size_t listed_dirty;                /* dirty_bytes counted while on the abandoned list */
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
