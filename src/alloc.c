@@ -79,9 +79,9 @@ void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel
 #endif
 
 /* Behind hz_free_fast: another heap's block, NULL, a large block, or a pointer that
- * is not ours. */
-void hz_free_other(hz_heap_t *heap, void *p) {
-    if (hz_segmap_kind((uintptr_t)p) == HZ_SEG_SMALL) {
+ * is not ours.  entry is p's segment-map entry. */
+void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
+    if (entry > HZ_SEG_LARGE) { /* a small segment: entry is its owner */
         hz_segment_t *seg = hz_segment_of(p);
         hz_free_remote(heap, seg, hz_page_of(seg, p), p);
         return;

@@ -54,8 +54,9 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
 HZ_INLINE void hz_free_fast(void *p) {
     hz_heap_t *heap = hz_tls_heap;
     /* A small segment's map entry is its owner: one compare for "this heap's block". */
-    if (hz_unlikely(hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap)) {
-        hz_free_other(heap, p); /* another heap's, NULL, large, or not ours */
+    uintptr_t entry = hz_segmap_entry((uintptr_t)p);
+    if (hz_unlikely(entry != (uintptr_t)heap)) {
+        hz_free_other(heap, p, entry); /* another heap's, NULL, large, or not ours */
         return;
     }
     hz_segment_t *seg = hz_segment_of(p);

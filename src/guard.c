@@ -42,7 +42,7 @@ void hz_guard_init(void) {
 hz_page_t *hz_block_page(const void *p) {
     if (hz_segmap_kind((uintptr_t)p) != HZ_SEG_SMALL) return NULL;
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-    return hz_block_rank(page, p) < page->reserved * hz_rank_step(page) ? page : NULL;
+    return hz_block_rank(page, p) < hz_page_end_rank(page) ? page : NULL;
 }
 
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {

@@ -150,6 +150,10 @@ HZ_INLINE uint64_t hz_rank_step(const hz_page_t *page) {
 HZ_INLINE bool hz_block_carved(const hz_page_t *page, const void *p) {
     return hz_block_rank(page, p) < page->carved_rank;
 }
+/* The rank just past the last block the page's span can hold. */
+HZ_INLINE uint64_t hz_page_end_rank(const hz_page_t *page) {
+    return page->reserved * hz_rank_step(page);
+}
 /* Blocks carved from the span so far. */
 HZ_INLINE uint32_t hz_page_capacity(const hz_page_t *page) {
     return page->carved_rank == 0 ? 0 : (uint32_t)(page->carved_rank / hz_rank_step(page));
@@ -274,7 +278,7 @@ bool hz_process_ready(void) HZ_HIDDEN;
 void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
-void hz_free_other(hz_heap_t *heap, void *p) HZ_HIDDEN;
+void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;
 void *hz_realloc_foreign(void *p, size_t size, void *(*alloc)(size_t)) HZ_HIDDEN;

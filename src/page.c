@@ -119,17 +119,17 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
         queue_remove(&heap->queues[cls], page);
         if (was_current) hz_set_current(heap, cls, heap->queues[cls].first);
     }
-    hz_stat_inc(heap->stats.pages_retired);
+    heap->queues[cls].pages--;
 #if HZ_HARDENING
     /* A double free may have made it look empty; in a fork child, so may a malloc
-     * that fork interrupted (heap.c): such a page stays out of use. */
+     * that fork interrupted (heap.c): such a page stays out of use, unretired. */
     if (heap->forked) {
         if (!hz_page_list_whole(page)) return;
     } else {
         hz_page_verify_empty(page);
     }
 #endif
-    heap->queues[cls].pages--;
+    hz_stat_inc(heap->stats.pages_retired);
     hz_span_free(heap, page);
 }
 
@@ -183,7 +183,7 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     for (; page != NULL; page = next) {
         next = page->next;
         if (!hz_list_end(page->free)) break;
-        if (page->carved_rank < page->reserved * hz_rank_step(page)) { /* room to carve */
+        if (page->carved_rank < hz_page_end_rank(page)) { /* room to carve */
             page_extend(heap, page);
             break;
         }

@@ -66,7 +66,7 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
 #if HZ_HARDENING
     /* Against `reserved`, which only the page's creation writes: the owner checks
      * against the blocks carved so far when it takes the block in. */
-    if (hz_unlikely(hz_block_rank(page, p) >= page->reserved * hz_rank_step(page)))
+    if (hz_unlikely(hz_block_rank(page, p) >= hz_page_end_rank(page)))
         hz_free_invalid(page, p);
     if (hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
 #endif
