@@ -31,7 +31,7 @@ static uint32_t stash_count(hz_stash_t *st) {
  * would put this thread's data on lines the owner's other blocks share (passive
  * false sharing). */
 bool hz_stash_keep(hz_heap_t *heap, const hz_page_t *page, void *p) {
-    if (page->block_size < 64 || page->block_size > 8 * HZ_DIRECT_MAX) return false;
+    if (page->block_size < 64 || page->block_size > HZ_STASH_MAX) return false;
     hz_stash_t *st = &heap->stash[page->cls];
     if (stash_count(st) >= HZ_STASH_BLOCKS) return false;
     hz_link_set(p, st->list.free);

@@ -106,6 +106,9 @@
 #define HZ_OUTBOX_WAYS HZ_OUTBOX_SLOTS
 #define HZ_STASH_BLOCKS 0
 #endif
+/* Stashed blocks are 64 B to 8 KiB: smaller ones share cache lines with the owner's
+ * blocks, larger ones are few and worth returning. */
+#define HZ_STASH_MAX 8192
 #ifndef HZ_DEBUG
 #define HZ_DEBUG 0
 #endif
@@ -141,7 +144,7 @@
 
 /* ---------------------------------------------------------- size classes */
 #define HZ_ALIGNMENT 16
-#define HZ_DIRECT_MAX 1024                     /* sizes served by heap->direct[] */
+#define HZ_DIRECT_MAX 2048                     /* sizes served by heap->direct[] */
 #define HZ_DIRECT_SLOTS (HZ_DIRECT_MAX / 16 + 1)
 #define HZ_MEDIUM_MAX ((size_t)2 << 20)        /* larger requests are "large" */
 #define HZ_CLASSES 121                         /* class 0 unused; 1..120 */
