@@ -1,39 +1,78 @@
 /* remote.c - frees of blocks that another thread's heap owns.
  *
- * The freeing thread links such blocks into a small outbox per owner and posts a
- * whole batch with one compare-and-swap onto the owner's inbox, a lock-free stack
+ * The freeing thread writes the addresses of such blocks into a batch (an array of
+ * HZ_REMOTE_BATCH pointers) in a small outbox per owner, and posts the full batch
+ * with one compare-and-swap onto the owner's inbox, a lock-free stack of batches
  * (split into shards in the scale variant).  The owner takes each entire shard with
- * one exchange when it next runs out of blocks (or at thread exit), so there is no
- * ABA problem and no lock anywhere.  At most HZ_OUTBOX_WAYS * HZ_REMOTE_BATCH blocks
- * per thread are in flight (plus, in the scale and mt variants, HZ_STASH_BLOCKS per
- * class kept for the freeing thread's own reuse: stash.c).  Links are encoded as
- * every free list's (freelist.h); since these lists cross segments, each block is
- * checked in full as it is taken off one.
+ * one exchange when it next runs out of blocks (or at thread exit), puts the blocks
+ * back on their pages, and pushes the emptied batch onto its home heap's returned
+ * list, which that heap takes whole the same way: no ABA problem and no lock
+ * anywhere.  Reading addresses from an array lets the owner's loads of the blocks
+ * overlap, where a list linked through the blocks made it wait for each block's
+ * line, last written by the other core, before it could find the next.
+ *
+ * A thread without a heap (past its heap's destructor, or out of memory for one)
+ * has no batches: it pushes each block alone onto the owner's loose list, linked
+ * through the block as every free list is (freelist.h).  At most HZ_OUTBOX_WAYS *
+ * HZ_REMOTE_BATCH blocks per thread are in flight (plus, in the scale and mt
+ * variants, HZ_STASH_BLOCKS per class kept for the freeing thread's own reuse:
+ * stash.c).  The owner checks each block in full as it takes it in.
  */
 #include "freelist.h"
 
 /* Senders spread over the owner's inbox shards by their own heap's address. */
-static void inbox_push(hz_heap_t *owner, const hz_heap_t *sender, void *head, void *tail) {
+static void inbox_push(hz_heap_t *owner, const hz_heap_t *sender, hz_batch_t *batch) {
     /* cppcheck-suppress moduloofone ; the default variant has a single shard */
-    _Atomic(void *) *inbox = &owner->inbox[((uintptr_t)sender >> 12) % HZ_INBOX_SHARDS].head;
-    void *old = atomic_load_explicit(inbox, memory_order_relaxed);
+    _Atomic(hz_batch_t *) *inbox = &owner->inbox[((uintptr_t)sender >> 12) % HZ_INBOX_SHARDS].head;
+    hz_batch_t *old = atomic_load_explicit(inbox, memory_order_relaxed);
     do {
-        hz_link_set(tail, old);
-    } while (!atomic_compare_exchange_weak_explicit(inbox, &old, head, memory_order_release,
+        batch->next = old;
+    } while (!atomic_compare_exchange_weak_explicit(inbox, &old, batch, memory_order_release,
                                                     memory_order_relaxed));
-    /* Nobody owns the heap (its thread exited): upkeep collects (heap.c). */
+}
+
+/* One block from a thread that has no heap. */
+static void loose_push(hz_heap_t *owner, void *p) {
+    void *old = atomic_load_explicit(&owner->loose, memory_order_relaxed);
+    do {
+        hz_link_set(p, old);
+    } while (!atomic_compare_exchange_weak_explicit(&owner->loose, &old, p, memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+/* After a post: if nobody owns the heap (its thread exited), upkeep collects
+ * (heap.c).  Ordered against the owner's abandon, which stores the state and then
+ * looks at its inbox: one of the two sees the other. */
+static void posted(hz_heap_t *owner) {
     int state = atomic_load_explicit(&owner->state, memory_order_seq_cst);
     if (hz_unlikely(state == HZ_HEAP_ABANDONED || state == HZ_HEAP_SHARED)) hz_upkeep_mail();
 }
 
+/* An empty batch of this heap's: a spare, one its receivers gave back, or a new one. */
+static hz_batch_t *batch_get(hz_heap_t *heap) {
+    hz_batch_t *b = heap->spare;
+    if (b == NULL) b = atomic_exchange_explicit(&heap->returned, NULL, memory_order_acquire);
+    if (b == NULL) {
+        b = hz_meta_alloc(sizeof *b);
+        if (b == NULL) return NULL;
+        b->home = heap;
+        b->next = NULL;
+    }
+    heap->spare = b->next;
+    b->next = NULL;
+    b->count = 0;
+    return b;
+}
+
 static void outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
-    if (box->count == 0) return;
-    inbox_push(box->dest, heap, box->head, box->tail);
+    hz_batch_t *b = box->batch;
+    if (b == NULL || b->count == 0) return;
+    box->batch = NULL;
+    inbox_push(box->dest, heap, b);
+    posted(box->dest);
     hz_stat_inc(heap->stats.remote_batches);
     hz_upkeep_tick();
     hz_shm_tick();
-    box->head = box->tail = NULL;
-    box->count = 0;
 }
 
 static void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
@@ -42,10 +81,14 @@ static void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
         outbox_flush(heap, box);
         box->dest = owner;
     }
-    hz_link_set(p, box->head);
-    if (box->head == NULL) box->tail = p;
-    box->head = p;
-    if (++box->count >= HZ_REMOTE_BATCH) outbox_flush(heap, box);
+    hz_batch_t *b = box->batch;
+    if (hz_unlikely(b == NULL) && (b = box->batch = batch_get(heap)) == NULL) {
+        loose_push(owner, p); /* no memory for a batch */
+        posted(owner);
+        return;
+    }
+    b->blocks[b->count++] = p;
+    if (b->count >= HZ_REMOTE_BATCH) outbox_flush(heap, box);
 }
 
 /* Send everything this heap holds for other heaps on its way (thread exit, trim). */
@@ -54,12 +97,12 @@ void hz_outbox_flush_all(hz_heap_t *heap) {
     hz_quarantine_flush(heap);
 #endif
     for (unsigned c = 1; c < HZ_CLASSES; c++)
-        for (void *p; (p = hz_stash_pop(heap, c)) != NULL;)
+        for (void *p; (p = hz_stash_pop(heap, c)) != NULL;) {
+            hz_link_clear(p); /* a batched block must not read as linked (take_in) */
             outbox_append(heap, hz_segment_of(p)->heap, p);
+        }
     for (unsigned i = 0; i < HZ_OUTBOX_WAYS; i++) outbox_flush(heap, &heap->outbox[i]);
 }
-
-
 
 void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p) {
     hz_heap_t *owner = seg->heap;
@@ -77,7 +120,8 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
     if (hz_unlikely(heap == NULL || heap == &hz_exiting_heap)) {
         /* An exiting thread (or no memory for a heap): post the block alone. */
         atomic_fetch_add_explicit(&hz_heapless_frees[page->cls], 1, memory_order_relaxed);
-        inbox_push(owner, NULL, p, p);
+        loose_push(owner, p);
+        posted(owner);
         return;
     }
     hz_stat_inc(heap->stats.frees[page->cls]);
@@ -89,28 +133,67 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
 bool hz_inbox_pending(hz_heap_t *heap) {
     for (unsigned s = 0; s < HZ_INBOX_SHARDS; s++)
         if (atomic_load_explicit(&heap->inbox[s].head, memory_order_relaxed) != NULL) return true;
-    return false;
+    return atomic_load_explicit(&heap->loose, memory_order_relaxed) != NULL;
 }
+
+/* A block another thread freed, coming home: checked in full, since its address
+ * came from another thread's memory.  A block of a batch was not written by its
+ * sender, so one that reads as linked is already on a list: freed twice (by two
+ * threads, or by one before and one after its owner took it in). */
+static void take_in(hz_heap_t *heap, void *p, bool batched) {
+#if HZ_HARDENING
+    hz_page_t *page = hz_block_page(p);
+    if (page == NULL || hz_segment_of(p)->heap != heap || !hz_block_carved(page, p))
+        hz_report_corrupt(p, 0);
+    if (batched && hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
+#else
+    (void)batched;
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+#endif
+    hz_free_local(heap, page, p);
+}
+
+/* An emptied batch goes back to the heap that fills it. */
+static void batch_return(hz_batch_t *b) {
+    hz_heap_t *home = b->home;
+    hz_batch_t *old = atomic_load_explicit(&home->returned, memory_order_relaxed);
+    do {
+        b->next = old;
+    } while (!atomic_compare_exchange_weak_explicit(&home->returned, &old, b,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+#define HZ_COLLECT_AHEAD 8
 
 /* Take every block posted to this heap and put it back on its page. */
 void hz_heap_collect(hz_heap_t *heap) {
     uint64_t n = 0;
     for (unsigned s = 0; s < HZ_INBOX_SHARDS; s++) {
-        void *list = atomic_exchange_explicit(&heap->inbox[s].head, NULL, memory_order_acquire);
-        while (list != NULL) {
-            void *next = hz_link_next(list);
-#if HZ_HARDENING
-            hz_page_t *page = hz_block_page(list);
-            if (page == NULL || hz_segment_of(list)->heap != heap ||
-                !hz_block_carved(page, list))
-                hz_report_corrupt(list, 0);
-#else
-            hz_page_t *page = hz_page_of(hz_segment_of(list), list);
-#endif
-            hz_free_local(heap, page, list);
-            list = next;
-            n++;
+        hz_batch_t *b = atomic_exchange_explicit(&heap->inbox[s].head, NULL, memory_order_acquire);
+        while (b != NULL) {
+            hz_batch_t *next = b->next;
+            uint32_t count = b->count;
+            if (hz_unlikely(count > HZ_REMOTE_BATCH)) hz_report_corrupt(b, 0);
+            /* The blocks' lines are far (the sender's cache or memory): ask for
+             * them a few blocks ahead, so their misses overlap. */
+            for (uint32_t i = 0; i < count && i < HZ_COLLECT_AHEAD; i++)
+                __builtin_prefetch(b->blocks[i], 1);
+            for (uint32_t i = 0; i < count; i++) {
+                if (i + HZ_COLLECT_AHEAD < count)
+                    __builtin_prefetch(b->blocks[i + HZ_COLLECT_AHEAD], 1);
+                take_in(heap, b->blocks[i], true);
+            }
+            n += count;
+            batch_return(b);
+            b = next;
         }
+    }
+    void *list = atomic_exchange_explicit(&heap->loose, NULL, memory_order_acquire);
+    while (list != NULL) {
+        void *next = hz_link_next(list);
+        take_in(heap, list, false);
+        list = next;
+        n++;
     }
     hz_stat_add(heap->stats.remote_recv, n);
 }

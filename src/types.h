@@ -209,11 +209,21 @@ typedef struct hz_page_queue {
     uint32_t pages;          /* every page of the class the heap holds, full ones too */
 } hz_page_queue_t;
 
+/* Remote frees travel as arrays of pointers, not as lists linked through the blocks:
+ * the owner then reads the addresses from one buffer and never waits for one freed
+ * block's line to learn where the next one is.  Batches are metadata, kept by the
+ * heap that fills them and handed back to it once their owner took the blocks in. */
+typedef struct hz_batch {
+    struct hz_batch *next;  /* on an inbox, or on its home's spare or returned list */
+    struct hz_heap *home;   /* the heap that fills it */
+    uint32_t count;
+    void *blocks[HZ_REMOTE_BATCH];
+} hz_batch_t;
+
 /* Remote frees waiting to be posted to one owner. */
 typedef struct hz_outbox {
     struct hz_heap *dest;
-    void *head, *tail;
-    uint32_t count;
+    hz_batch_t *batch; /* NULL until the first block */
 } hz_outbox_t;
 
 
@@ -260,10 +270,15 @@ typedef struct hz_heap {
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
     hz_heap_stats_t stats;
-    /* Blocks other threads freed, linked; written by them, so on lines of its own. */
+    hz_batch_t *spare;                  /* empty batches for the outboxes */
+    /* Written by other threads, so on lines of their own: batches of blocks they
+     * freed; blocks freed one at a time by threads without a heap (linked through
+     * the blocks); and this heap's batches that their owners have emptied. */
     struct {
-        _Alignas(64) _Atomic(void *) head;
+        _Alignas(64) _Atomic(hz_batch_t *) head;
     } inbox[HZ_INBOX_SHARDS];
+    _Alignas(64) _Atomic(void *) loose;
+    _Alignas(64) _Atomic(hz_batch_t *) returned;
 } hz_heap_t;
 
 /* Header of a large block, at (ptr - 1) rounded down to a segment boundary. */
