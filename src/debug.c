@@ -122,54 +122,20 @@ HZ_INLINE bool vg_on(void) {
 #endif
 
 /* ----------------------------------------------------------------- reports */
-typedef struct {
-    char buf[320];
-    size_t n;
-} line_t;
-
-static void put_s(line_t *l, const char *s) {
-    while (*s && l->n < sizeof l->buf - 2) l->buf[l->n++] = *s++;
-}
-
-static void put_u(line_t *l, uint64_t v) {
-    char tmp[24];
-    int i = 0;
-    do {
-        tmp[i++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (i > 0 && l->n < sizeof l->buf - 2) l->buf[l->n++] = tmp[--i];
-}
-
-static void put_x(line_t *l, uintptr_t v) {
-    char tmp[20];
-    int i = 0;
-    do {
-        tmp[i++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    put_s(l, "0x");
-    while (i > 0 && l->n < sizeof l->buf - 2) l->buf[l->n++] = tmp[--i];
-}
-
 /* " (size class N B)", or "none" when the pointer is in no block at all. */
-static void put_class(line_t *l, size_t bs) {
-    put_s(l, " (size class ");
+static void put_class(hz_line_t *l, size_t bs) {
+    hz_line_str(l, " (size class ");
     if (bs == 0) {
-        put_s(l, "none)");
+        hz_line_str(l, "none)");
         return;
     }
-    put_u(l, bs);
-    put_s(l, " B)");
+    hz_line_u64(l, bs);
+    hz_line_str(l, " B)");
 }
 
-static void emit(line_t *l) {
-    l->buf[l->n++] = '\n';
-    l->buf[l->n] = '\0';
-    hz_os_write_err(l->buf);
-}
+static void emit(hz_line_t *l) { hz_os_write_err(hz_line_end(l)); }
 
-static HZ_COLD __attribute__((noreturn)) void die(line_t *l) {
+static HZ_COLD __attribute__((noreturn)) void die(hz_line_t *l) {
     emit(l);
     abort();
 }
@@ -179,55 +145,55 @@ static const char *const op_name[] = {"free", "realloc", "malloc_usable_size"};
 
 static HZ_COLD __attribute__((noreturn)) void report_invalid(int op, const void *p, size_t bs,
                                                              const char *why) {
-    line_t l = {.n = 0};
-    put_s(&l, "hakozuna: ");
-    put_s(&l, op_name[op]);
-    put_s(&l, " of invalid pointer ");
-    put_x(&l, (uintptr_t)p);
-    put_s(&l, ": ");
-    put_s(&l, why);
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, "hakozuna: ");
+    hz_line_str(&l, op_name[op]);
+    hz_line_str(&l, " of invalid pointer ");
+    hz_line_hex(&l, (uintptr_t)p);
+    hz_line_str(&l, ": ");
+    hz_line_str(&l, why);
     put_class(&l, bs);
     die(&l);
 }
 
 static HZ_COLD __attribute__((noreturn)) void report_freed(int op, const void *p, size_t bs) {
-    line_t l = {.n = 0};
-    put_s(&l, "hakozuna: ");
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, "hakozuna: ");
     if (op == OP_FREE) {
-        put_s(&l, "double free of ");
+        hz_line_str(&l, "double free of ");
     } else {
-        put_s(&l, op_name[op]);
-        put_s(&l, " of freed pointer (use after free) ");
+        hz_line_str(&l, op_name[op]);
+        hz_line_str(&l, " of freed pointer (use after free) ");
     }
-    put_x(&l, (uintptr_t)p);
+    hz_line_hex(&l, (uintptr_t)p);
     put_class(&l, bs);
     die(&l);
 }
 
 static HZ_COLD __attribute__((noreturn)) void report_overrun(const char *user, size_t size,
                                                              size_t at, size_t bs, int op) {
-    line_t l = {.n = 0};
-    put_s(&l, "hakozuna: buffer overrun past the ");
-    put_u(&l, size);
-    put_s(&l, " B of ");
-    put_x(&l, (uintptr_t)user);
-    put_s(&l, ": byte +");
-    put_u(&l, at);
-    put_s(&l, " changed, found at ");
-    put_s(&l, op_name[op]);
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, "hakozuna: buffer overrun past the ");
+    hz_line_u64(&l, size);
+    hz_line_str(&l, " B of ");
+    hz_line_hex(&l, (uintptr_t)user);
+    hz_line_str(&l, ": byte +");
+    hz_line_u64(&l, at);
+    hz_line_str(&l, " changed, found at ");
+    hz_line_str(&l, op_name[op]);
     put_class(&l, bs);
     die(&l);
 }
 
 static HZ_COLD __attribute__((noreturn)) void report_uaf(const char *b, size_t at, size_t bs) {
-    line_t l = {.n = 0};
-    put_s(&l, "hakozuna: write to freed memory at ");
-    put_x(&l, (uintptr_t)(b + at));
-    put_s(&l, at >= HEADER ? " (byte +" : " (header byte -");
-    put_u(&l, at >= HEADER ? at - HEADER : HEADER - at);
-    put_s(&l, " of the block freed at ");
-    put_x(&l, (uintptr_t)(b + HEADER));
-    put_s(&l, ")");
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, "hakozuna: write to freed memory at ");
+    hz_line_hex(&l, (uintptr_t)(b + at));
+    hz_line_str(&l, at >= HEADER ? " (byte +" : " (header byte -");
+    hz_line_u64(&l, at >= HEADER ? at - HEADER : HEADER - at);
+    hz_line_str(&l, " of the block freed at ");
+    hz_line_hex(&l, (uintptr_t)(b + HEADER));
+    hz_line_str(&l, ")");
     put_class(&l, bs);
     die(&l);
 }
@@ -236,17 +202,17 @@ static HZ_COLD __attribute__((noreturn)) void report_uaf(const char *b, size_t a
 static HZ_COLD __attribute__((noreturn)) void report_mismatch(bool align, const void *p,
                                                               size_t given, size_t recorded,
                                                               size_t bs) {
-    line_t l = {.n = 0};
-    put_s(&l, align ? "hakozuna: aligned free alignment mismatch: "
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, align ? "hakozuna: aligned free alignment mismatch: "
                     : "hakozuna: sized free size mismatch: ");
-    put_x(&l, (uintptr_t)p);
-    put_s(&l, align ? " freed with alignment " : " freed with size ");
-    put_u(&l, given);
+    hz_line_hex(&l, (uintptr_t)p);
+    hz_line_str(&l, align ? " freed with alignment " : " freed with size ");
+    hz_line_u64(&l, given);
     if (align && recorded == 0) {
-        put_s(&l, ", allocated without alignment (malloc)");
+        hz_line_str(&l, ", allocated without alignment (malloc)");
     } else {
-        put_s(&l, align ? ", allocated with alignment " : ", allocated with size ");
-        put_u(&l, recorded);
+        hz_line_str(&l, align ? ", allocated with alignment " : ", allocated with size ");
+        hz_line_u64(&l, recorded);
     }
     put_class(&l, bs);
     die(&l);

@@ -71,6 +71,20 @@ typedef struct hz_stats_snapshot {
 } hz_stats_snapshot_t;
 void hz_stats_snapshot(hz_stats_snapshot_t *snap) HZ_HIDDEN;
 
+/* ------------------------------------------------------------ text (line.c)
+ * One line of text built without stdio or malloc; what does not fit is cut. */
+typedef struct hz_line {
+    char buf[320];
+    size_t n;
+} hz_line_t;
+void hz_line_str(hz_line_t *l, const char *s) HZ_HIDDEN;
+void hz_line_u64(hz_line_t *l, uint64_t v) HZ_HIDDEN;
+/* v right-aligned in at least width columns. */
+void hz_line_u64_width(hz_line_t *l, uint64_t v, unsigned width) HZ_HIDDEN;
+void hz_line_hex(hz_line_t *l, uintptr_t v) HZ_HIDDEN; /* 0x... */
+/* Adds '\n' and the NUL; returns the text. */
+const char *hz_line_end(hz_line_t *l) HZ_HIDDEN;
+
 /* ---------------------------------------------------------------- locks
  * Spin locks that know their holder (a thread's token, the address of its heap
  * pointer; bit 0 set while held across fork), so that a thread never waits for
