@@ -33,6 +33,9 @@ HZ_EXPORT int malloc_trim(size_t pad) {
     return hz_trim_impl();
 }
 HZ_EXPORT struct mallinfo2 mallinfo2(void) { return hz_mallinfo2_impl(); }
+HZ_EXPORT void malloc_stats(void) { hz_malloc_stats_impl(); }
+HZ_EXPORT int malloc_info(int options, FILE *fp) { return hz_malloc_info_impl(options, fp); }
+HZ_EXPORT int mallopt(int param, int value) { return hz_mallopt_impl(param, value); }
 
 #define CLAMP_INT(x) ((x) > (size_t)INT32_MAX ? INT32_MAX : (int)(x))
 HZ_EXPORT struct mallinfo mallinfo(void) {

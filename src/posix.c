@@ -65,3 +65,22 @@ void *hz_reallocarray_impl(void *p, size_t count, size_t size) {
     }
     return hz_entry_realloc(p, total);
 }
+
+/* mallopt: glibc's parameters are accepted (1) and ignored, since hakozuna's tuning
+ * is fixed when it is built; M_MXFAST keeps glibc's range check (at most
+ * 80 * sizeof(size_t) / 4 bytes).  A parameter glibc does not document is refused
+ * with 0, as mallopt(3) describes (glibc 2.36 itself answers 1 to any number). */
+int hz_mallopt_impl(int param, int value) {
+    switch (param) {
+    case M_MXFAST: return value >= 0 && (size_t)value <= 80 * sizeof(size_t) / 4;
+    case M_TRIM_THRESHOLD:
+    case M_TOP_PAD:
+    case M_MMAP_THRESHOLD:
+    case M_MMAP_MAX:
+    case M_CHECK_ACTION:
+    case M_PERTURB:
+    case M_ARENA_TEST:
+    case M_ARENA_MAX: return 1;
+    default: return 0;
+    }
+}

@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "internal.h"
 
@@ -14,5 +15,8 @@ void *hz_valloc_impl(size_t size) HZ_HIDDEN;
 void *hz_pvalloc_impl(size_t size) HZ_HIDDEN;
 void *hz_reallocarray_impl(void *p, size_t count, size_t size) HZ_HIDDEN;
 struct mallinfo2 hz_mallinfo2_impl(void) HZ_HIDDEN;
+void hz_malloc_stats_impl(void) HZ_HIDDEN;
+int hz_malloc_info_impl(int options, FILE *fp) HZ_HIDDEN;
+int hz_mallopt_impl(int param, int value) HZ_HIDDEN;
 
 #endif

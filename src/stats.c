@@ -1,6 +1,6 @@
 /* stats.c - merging per-thread counters into process-wide figures: hz_stats_get,
- * mallinfo2, and the build configuration string.  The fast paths only bump fields of
- * their own heap; everything here runs in the reader. */
+ * mallinfo2, malloc_stats, malloc_info, and the build configuration string.  The
+ * fast paths only bump fields of their own heap; everything here runs in the reader. */
 #include <errno.h>
 #include <malloc.h>
 
@@ -12,6 +12,11 @@ hz_global_stats_t hz_gstats;
 _Atomic uint64_t hz_heapless_frees[HZ_CLASSES];
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define HZ_STR_(x) #x
+#define HZ_STR(x) HZ_STR_(x)
+#define HZ_VERSION_TEXT                                                                 \
+    "hakozuna " HZ_STR(HZ_VERSION_MAJOR) "." HZ_STR(HZ_VERSION_MINOR) "." HZ_STR(        \
+        HZ_VERSION_PATCH) " (" HZ_VARIANT_NAME ")"
 
 typedef hz_stats_snapshot_t merged_t;
 
@@ -93,13 +98,126 @@ struct mallinfo2 hz_mallinfo2_impl(void) {
     return mi;
 }
 
-#define HZ_STR_(x) #x
-#define HZ_STR(x) HZ_STR_(x)
-
-HZ_API const char *hz_version(void) {
-    return "hakozuna " HZ_STR(HZ_VERSION_MAJOR) "." HZ_STR(HZ_VERSION_MINOR) "." HZ_STR(
-        HZ_VERSION_PATCH) " (" HZ_VARIANT_NAME ")";
+/* ------------------------------------------------ malloc_stats, malloc_info */
+/* One figure of malloc_stats, in glibc's "system bytes     = %10u" columns. */
+static void stats_line(const char *name, uint64_t v) {
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, name);
+    for (size_t i = strlen(name); i < 17; i++) hz_line_str(&l, " ");
+    hz_line_str(&l, "= ");
+    hz_line_u64_width(&l, v, 10);
+    hz_os_write_err(hz_line_end(&l));
 }
+
+static uint64_t large_blocks(void) {
+    return LOAD(hz_gstats.large_allocs) - LOAD(hz_gstats.large_frees);
+}
+
+/* glibc prints one section per arena, then the totals.  hakozuna's per-thread heaps
+ * are not arenas a caller could act on, so only the totals are printed: glibc's
+ * "system bytes" and "in use bytes" under its "Total (incl. mmap):" heading, then
+ * hakozuna's own counters.  Written to stderr with write(2), as glibc writes to
+ * stderr; no stdio, so it is safe wherever the allocator is. */
+void hz_malloc_stats_impl(void) {
+    hz_stats_snapshot_t m;
+    hz_stats_snapshot(&m);
+    const struct hz_stats *s = &m.totals;
+    hz_os_write_err(HZ_VERSION_TEXT ":\nTotal (incl. mmap):\n");
+    stats_line("system bytes", s->bytes_mapped);
+    stats_line("in use bytes", s->bytes_in_use);
+    stats_line("committed bytes", LOAD(hz_gstats.bytes_committed));
+    stats_line("mallocs", s->mallocs);
+    stats_line("frees", s->frees);
+    stats_line("large blocks", large_blocks());
+    stats_line("large bytes", LOAD(hz_gstats.large_bytes));
+    stats_line("purged bytes", s->bytes_purged);
+    stats_line("unmapped bytes", s->bytes_unmapped);
+    stats_line("segments", s->segments_mapped);
+    stats_line("threads live", s->threads_live);
+    stats_line("heaps created", s->heaps_created);
+    stats_line("remote frees", s->remote_frees_sent);
+    stats_line("foreign frees", s->foreign_frees);
+}
+
+/* One XML element: <name a0="v0" a1="v1" .../> (names[i] NULL ends the list). */
+static void xml_element(FILE *fp, const char *name, const char *const *attrs,
+                        const char *const *texts, const uint64_t *values, unsigned n) {
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, name);
+    for (unsigned i = 0; i < n; i++) {
+        hz_line_str(&l, " ");
+        hz_line_str(&l, attrs[i]);
+        hz_line_str(&l, "=\"");
+        if (texts != NULL && texts[i] != NULL)
+            hz_line_str(&l, texts[i]);
+        else
+            hz_line_u64(&l, values[i]);
+        hz_line_str(&l, "\"");
+    }
+    hz_line_str(&l, "/>");
+    fputs(hz_line_end(&l), fp);
+}
+
+static void xml_total(FILE *fp, const char *type, uint64_t count, uint64_t size) {
+    static const char *const attrs[] = {"type", "count", "size"};
+    const char *const texts[] = {type, NULL, NULL};
+    const uint64_t values[] = {0, count, size};
+    xml_element(fp, "<total", attrs, texts, values, 3);
+}
+
+static void xml_system(FILE *fp, const char *tag, const char *type, uint64_t size) {
+    static const char *const attrs[] = {"type", "size"};
+    const char *const texts[] = {type, NULL};
+    const uint64_t values[] = {0, size};
+    xml_element(fp, tag, attrs, texts, values, 2);
+}
+
+/* malloc_info in glibc's XML shape, with hakozuna's figures: the heaps of all threads
+ * merged as one <heap nr="0">, whose <sizes> lists each size class with blocks in use
+ * (glibc lists its free chunks there; hakozuna's free blocks are not counted), then
+ * <total type="small"> for those blocks, <total type="mmap"> for the large ones
+ * mapped one by one, and the address space mapped.
+ *
+ * fp is written with stdio, which may call malloc for its buffer: that is safe, since
+ * the counters are read into m first and no allocator lock is held while writing -
+ * the program calls malloc_info from outside the allocator, and the malloc stdio
+ * makes is an ordinary one.  Only options 0 exists; other values are EINVAL, as
+ * malloc_info(3) documents (glibc 2.36 returns EINVAL instead of -1). */
+int hz_malloc_info_impl(int options, FILE *fp) {
+    if (options != 0 || fp == NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+    hz_stats_snapshot_t m;
+    hz_stats_snapshot(&m);
+    uint64_t small_count = 0, small_bytes = 0;
+    fputs("<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n", fp);
+    for (unsigned c = 1; c < HZ_CLASSES; c++) {
+        if (m.mallocs[c] <= m.frees[c]) continue;
+        static const char *const attrs[] = {"from", "to", "total", "count"};
+        uint64_t n = m.mallocs[c] - m.frees[c];
+        const uint64_t values[] = {c == 1 ? 1 : (uint64_t)hz_class_size[c - 1] + 1,
+                                   hz_class_size[c], n * hz_class_size[c], n};
+        xml_element(fp, "  <size", attrs, NULL, values, 4);
+        small_count += n;
+        small_bytes += n * hz_class_size[c];
+    }
+    fputs("</sizes>\n", fp);
+    uint64_t mapped = m.totals.bytes_mapped;
+    xml_total(fp, "small", small_count, small_bytes);
+    xml_system(fp, "<system", "current", mapped);
+    xml_system(fp, "<aspace", "total", mapped);
+    fputs("</heap>\n", fp);
+    xml_total(fp, "small", small_count, small_bytes);
+    xml_total(fp, "mmap", large_blocks(), LOAD(hz_gstats.large_bytes));
+    xml_system(fp, "<system", "current", mapped);
+    xml_system(fp, "<system", "committed", LOAD(hz_gstats.bytes_committed));
+    xml_system(fp, "<aspace", "total", mapped);
+    fputs("</malloc>\n", fp);
+    return 0;
+}
+
+HZ_API const char *hz_version(void) { return HZ_VERSION_TEXT; }
 
 HZ_API const char *hz_config_string(void) {
     return "variant=" HZ_VARIANT_NAME " segment_shift=" HZ_STR(HZ_SEGMENT_SHIFT)
