@@ -135,7 +135,9 @@ check "--version names the segment layout" grep -q 'layout' "$tmp/v"
 expect_rc "hzstat --help" 0 $?
 check "--help documents the exit statuses" grep -q 'Exit status' "$tmp/h"
 
-for args in "-x" "abc" "-i 0 1" "-i x 1" "-n" "-n 0 1" "1 2" "--gc 1" "-c" "-i 1" "--bogus" "0"; do
+for args in "-x" "abc" "-i 0 1" "-i x 1" "-n" "-n 0 1" "1 2" "--gc 1" "-c" "-i 1" "--bogus" "0" \
+    "-1" "-1 -j 1" "-1 -i 1 1" "-o f 1" "--prometheus -j" "--prometheus -1 1" \
+    "--prometheus abc" "--prometheus -o" "--gc --prometheus"; do
     # shellcheck disable=SC2086
     "$HZSTAT" $args >/dev/null 2>"$tmp/e"
     rc=$?
@@ -231,6 +233,46 @@ if start_prog live --stats; then
     "$HZSTAT" -j -i 0.2 -n 3 "$p" >"$tmp/ij" 2>"$tmp/e"
     expect_rc "hzstat -j -i 0.2 -n 3 PID" 0 $?
     check "  3 JSON lines with rates" test "$(grep -c '^{"pid".*"published":[a-z]*,"rates":' "$tmp/ij")" -eq 3
+
+    "$HZSTAT" -1 "$p" >"$tmp/one" 2>"$tmp/e"
+    expect_rc "hzstat -1 PID" 0 $?
+    check "  one line per counter: name, value, description" \
+        grep -Eq '^mallocs +[0-9]+  Allocations served' "$tmp/one"
+    m1=$(awk '$1 == "remote_frees_sent" { print $2 }' "$tmp/one")
+    check "  remote_frees_sent >= $remote ($m1)" ge "$m1" $remote
+    check "  every line has a description" test "$(awk 'NF < 3' "$tmp/one" | wc -l)" -eq 0
+    "$HZSTAT" -1 -c "$p" >"$tmp/onec" 2>"$tmp/e"
+    expect_rc "hzstat -1 -c PID" 0 $?
+    check "  per-class lines" grep -Eq '^class\.[0-9]+\.mallocs +[0-9]+  Allocations of class' "$tmp/onec"
+
+    "$HZSTAT" --prometheus "$p" >"$tmp/prom" 2>"$tmp/e"
+    expect_rc "hzstat --prometheus PID" 0 $?
+    check "  HELP and TYPE lines" grep -q '^# TYPE hakozuna_mallocs_total counter$' "$tmp/prom"
+    check "  one HELP and one TYPE per metric" test \
+        "$(grep -c '^# HELP ' "$tmp/prom")" -eq "$(grep -c '^# TYPE ' "$tmp/prom")"
+    check "  no metric described twice" test \
+        "$(grep '^# TYPE ' "$tmp/prom" | sort | uniq -d | wc -l)" -eq 0
+    pm=$(sed -n "s/^hakozuna_remote_frees_sent_total{pid=\"$p\",comm=\"stats_prog\"} \([0-9]*\)\$/\1/p" "$tmp/prom")
+    check "  remote frees labelled with pid and comm ($pm)" ge "$pm" $remote
+    check "  bytes in use is a gauge" grep -q '^# TYPE hakozuna_bytes_in_use gauge$' "$tmp/prom"
+    pc=$(sed -n "s/^hakozuna_class_mallocs_total{pid=\"$p\",comm=\"stats_prog\",class=\"[0-9]*\",size=\"\([0-9]*\)\"} \([0-9]*\)\$/\1 \2/p" "$tmp/prom" |
+        awk -v s=$SIZE -v n=$N '$1 >= s && $1 < s + s / 4 && $2 >= n { print; exit }')
+    check "  per-class counter with class and size labels ($pc)" test -n "$pc"
+    check "  every sample line is NAME{LABELS} NUMBER" test \
+        "$(grep -v '^#' "$tmp/prom" | grep -Ecv '^hakozuna_[a-z_]+\{[^}]*\} [0-9.]+$')" -eq 0
+    "$HZSTAT" --prometheus >"$tmp/promall" 2>"$tmp/e"
+    expect_rc "hzstat --prometheus (every live process)" 0 $?
+    check "  includes the process" grep -q "^hakozuna_mallocs_total{pid=\"$p\"," "$tmp/promall"
+    check "  leaves out stale segments" test \
+        "$(grep -c '^hakozuna_info{' "$tmp/promall")" -le "$("$HZSTAT" | grep -c ' live$')"
+    echo stale >"$tmp/hakozuna.prom"
+    "$HZSTAT" --prometheus -o "$tmp/hakozuna.prom" "$p" >"$tmp/o" 2>"$tmp/e"
+    expect_rc "hzstat --prometheus -o FILE PID" 0 $?
+    check "  writes nothing to stdout" test ! -s "$tmp/o"
+    check "  replaces FILE" grep -q "^hakozuna_mallocs_total{pid=\"$p\"," "$tmp/hakozuna.prom"
+    check "  leaves no FILE.tmp" test ! -e "$tmp/hakozuna.prom.tmp"
+    "$HZSTAT" --prometheus -o "$tmp/no/such/dir/x.prom" "$p" >/dev/null 2>"$tmp/e"
+    expect_rc "hzstat --prometheus -o into a missing directory" 1 $?
 
     # Permission denied: the segment is 0600 and belongs to the process's user.
     if [ "$(id -u)" -eq 0 ]; then

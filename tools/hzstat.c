@@ -7,6 +7,8 @@
  *   hzstat                      list processes that publish stats
  *   hzstat [-j] [-c] PID        one snapshot (text, or one JSON object)
  *   hzstat -i SEC [-n N] PID    per-interval rates, like vmstat
+ *   hzstat -1 [-c] PID          one line per counter, with its description
+ *   hzstat --prometheus [-o FILE] [PID]  node_exporter textfile format
  *   hzstat --gc                 remove segments of processes that are gone
  */
 #define _GNU_SOURCE 1
@@ -74,6 +76,10 @@ static void usage(FILE *out) {
             "  -n, --count N       stop after N intervals (default: until the process ends)\n"
             "  -j, --json          JSON: one object per snapshot, list entry or interval\n"
             "  -c, --classes       add the per-size-class table (size, mallocs, frees, live)\n"
+            "  -1                  one line per counter: name, value, description\n"
+            "      --prometheus    node_exporter textfile format, of PID or of every live\n"
+            "                      process that publishes stats\n"
+            "  -o, --output FILE   with --prometheus: write FILE.tmp, then rename it to FILE\n"
             "      --gc            remove segments left by processes that are gone\n"
             "      --version       print the version and the segment layout it reads\n"
             "  -h, --help          this help\n"
@@ -100,7 +106,8 @@ static int usage_error(const char *fmt, ...) {
     vmsg(fmt, ap);
     va_end(ap);
     fprintf(stderr,
-            "Usage: %s [-j] [-c] [-i SEC [-n N]] [PID] | --gc | --version | --help\n"
+            "Usage: %s [-j] [-c] [-1] [-i SEC [-n N]] [PID] | --prometheus [-o FILE] [PID]\n"
+            "       | --gc | --version | --help\n"
             "Run '%s --help' for more.\n",
             prog, prog);
     return EXIT_USAGE;
@@ -110,37 +117,52 @@ static int usage_error(const char *fmt, ...) {
 
 enum { K_COUNT, K_BYTES, K_GAUGE, K_BYTES_GAUGE };
 struct field {
-    const char *name;  /* JSON key */
+    const char *name;  /* JSON key, -1 and Prometheus name */
     const char *label; /* text label */
     size_t offset;     /* in struct hz_shm_counters */
     int kind;
     const char *rate;  /* column heading in -i mode, NULL: not shown */
+    const char *desc;  /* what it counts (-1, Prometheus HELP) */
 };
-#define F(n, label, kind, rate) {#n, label, offsetof(struct hz_shm_counters, n), kind, rate}
+#define F(n, label, kind, rate, desc) \
+    {#n, label, offsetof(struct hz_shm_counters, n), kind, rate, desc}
 static const struct field fields[] = {
-    F(mallocs, "mallocs", K_COUNT, "mallocs/s"),
-    F(frees, "frees", K_COUNT, "frees/s"),
-    F(bytes_in_use, "bytes in use", K_BYTES_GAUGE, NULL),
-    F(bytes_mapped, "bytes mapped", K_BYTES_GAUGE, NULL),
-    F(bytes_purged, "bytes purged (total)", K_BYTES, "purged/s"),
-    F(bytes_unmapped, "bytes unmapped (total)", K_BYTES, NULL),
-    F(remote_frees_sent, "remote frees sent", K_COUNT, "remote/s"),
-    F(remote_frees_recv, "remote frees received", K_COUNT, NULL),
-    F(remote_batches, "remote batches", K_COUNT, "batches/s"),
-    F(foreign_frees, "foreign frees", K_COUNT, NULL),
-    F(large_allocs, "large allocs", K_COUNT, "large/s"),
-    F(large_cache_hits, "large cache hits", K_COUNT, NULL),
-    F(heaps_created, "heaps created", K_COUNT, NULL),
-    F(heaps_adopted, "heaps adopted", K_COUNT, NULL),
-    F(threads_live, "threads live", K_GAUGE, NULL),
-    F(segments_mapped, "segments mapped", K_GAUGE, NULL),
-    F(refills, "refills", K_COUNT, "refills/s"),
-    F(pages_made, "pages made", K_COUNT, NULL),
-    F(pages_retired, "pages retired", K_COUNT, NULL),
-    F(outbox_flushes, "outbox flushes", K_COUNT, NULL),
-    F(publishes, "publishes", K_COUNT, NULL),
-    F(last_publish_unix_ns, "last publish (unix ns)", K_GAUGE, NULL),
-    F(last_publish_mono_ns, "last publish (monotonic ns)", K_GAUGE, NULL),
+    F(mallocs, "mallocs", K_COUNT, "mallocs/s", "Allocations served, all sizes"),
+    F(frees, "frees", K_COUNT, "frees/s", "Blocks freed, all sizes"),
+    F(bytes_in_use, "bytes in use", K_BYTES_GAUGE, NULL,
+      "Bytes in blocks handed out (size-class rounded)"),
+    F(bytes_mapped, "bytes mapped", K_BYTES_GAUGE, NULL, "Bytes currently mapped from the OS"),
+    F(bytes_purged, "bytes purged (total)", K_BYTES, "purged/s",
+      "Bytes returned to the OS with madvise"),
+    F(bytes_unmapped, "bytes unmapped (total)", K_BYTES, NULL,
+      "Bytes returned to the OS with munmap"),
+    F(remote_frees_sent, "remote frees sent", K_COUNT, "remote/s",
+      "Frees of blocks owned by another thread"),
+    F(remote_frees_recv, "remote frees received", K_COUNT, NULL,
+      "Such blocks collected by their owner"),
+    F(remote_batches, "remote batches", K_COUNT, "batches/s",
+      "Batches of remote frees posted to owners"),
+    F(foreign_frees, "foreign frees", K_COUNT, NULL,
+      "Frees of pointers hakozuna did not hand out"),
+    F(large_allocs, "large allocs", K_COUNT, "large/s",
+      "Allocations served directly from the OS"),
+    F(large_cache_hits, "large cache hits", K_COUNT, NULL,
+      "Large allocations served from the large cache"),
+    F(heaps_created, "heaps created", K_COUNT, NULL, "Thread heaps created"),
+    F(heaps_adopted, "heaps adopted", K_COUNT, NULL,
+      "Heaps of exited threads taken over by new threads"),
+    F(threads_live, "threads live", K_GAUGE, NULL, "Threads currently owning a heap"),
+    F(segments_mapped, "segments mapped", K_GAUGE, NULL, "Segments currently mapped"),
+    F(refills, "refills", K_COUNT, "refills/s", "Trips through the allocation slow path"),
+    F(pages_made, "pages made", K_COUNT, NULL, "Size-class pages carved from segments"),
+    F(pages_retired, "pages retired", K_COUNT, NULL, "Empty pages given back to their segment"),
+    F(outbox_flushes, "outbox flushes", K_COUNT, NULL,
+      "Remote-free outboxes posted to an owner's inbox"),
+    F(publishes, "publishes", K_COUNT, NULL, "Times the counters were published"),
+    F(last_publish_unix_ns, "last publish (unix ns)", K_GAUGE, NULL,
+      "Time of the last publish, ns since the epoch"),
+    F(last_publish_mono_ns, "last publish (monotonic ns)", K_GAUGE, NULL,
+      "Time of the last publish, CLOCK_MONOTONIC ns"),
 };
 #undef F
 #define NFIELDS (sizeof fields / sizeof fields[0])
@@ -601,6 +623,221 @@ static int cmd_snapshot(long pid, bool json, bool classes) {
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
 }
 
+/* -1: one line per counter, "name value description", like varnishstat -1. */
+static void print_oneshot(const struct seg *g, bool classes) {
+    const struct hz_shm_segment *s = &g->snap;
+    for (size_t i = 0; i < NFIELDS; i++)
+        printf("%-28s %20" PRIu64 "  %s\n", fields[i].name, get(&s->counters, &fields[i]),
+               fields[i].desc);
+    if (!classes) return;
+    unsigned n = class_limit(s);
+    for (unsigned c = 0; c < n; c++) {
+        const struct hz_shm_class *k = &s->classes[c];
+        if (k->size == 0 || (k->mallocs == 0 && k->frees == 0)) continue;
+        uint64_t live = k->mallocs >= k->frees ? k->mallocs - k->frees : 0;
+        char name[48];
+        static const char *const what[] = {"mallocs", "frees", "live"};
+        const uint64_t v[] = {k->mallocs, k->frees, live};
+        static const char *const desc[] = {"Allocations", "Frees", "Blocks in use"};
+        for (unsigned j = 0; j < 3; j++) {
+            snprintf(name, sizeof name, "class.%u.%s", c, what[j]);
+            printf("%-28s %20" PRIu64 "  %s of class %u (%" PRIu64 "-byte blocks)\n", name, v[j],
+                   desc[j], c, k->size);
+        }
+    }
+}
+
+static int cmd_oneshot(long pid, bool classes) {
+    struct seg g;
+    int rc = open_live(&g, pid);
+    if (rc != EXIT_OK) return rc;
+    print_oneshot(&g, classes);
+    seg_close(&g);
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+}
+
+/* --------------------------------------------------------------- Prometheus
+ * The text exposition format of node_exporter's textfile collector: per metric one
+ * HELP and one TYPE line, then its samples for every process, labelled with pid and
+ * comm (and class and size for the per-class counters). */
+
+struct prom_proc {
+    long pid;
+    char comm[64];
+    struct hz_shm_segment snap;
+};
+
+/* A label value: backslash, double quote and newline escaped. */
+static void prom_label_value(FILE *out, const char *v) {
+    fputc('"', out);
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') fprintf(out, "\\%c", *v);
+        else if (*v == '\n') fputs("\\n", out);
+        else fputc(*v, out);
+    }
+    fputc('"', out);
+}
+
+static void prom_labels(FILE *out, const struct prom_proc *p) {
+    fprintf(out, "{pid=\"%ld\",comm=", p->pid);
+    prom_label_value(out, p->comm);
+}
+
+static void prom_head(FILE *out, const char *name, const char *type, const char *help) {
+    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void prom_write(FILE *out, const struct prom_proc *procs, size_t n) {
+    char name[96];
+    if (n == 0) return;
+    prom_head(out, "hakozuna_info", "gauge", "Library version and variant of the process");
+    for (size_t i = 0; i < n; i++) {
+        char version[sizeof procs[i].snap.version + 1], variant[sizeof procs[i].snap.variant + 1];
+        field_str(version, sizeof version, procs[i].snap.version, sizeof procs[i].snap.version);
+        field_str(variant, sizeof variant, procs[i].snap.variant, sizeof procs[i].snap.variant);
+        fputs("hakozuna_info", out);
+        prom_labels(out, &procs[i]);
+        fputs(",version=", out);
+        prom_label_value(out, version);
+        fputs(",variant=", out);
+        prom_label_value(out, variant);
+        fputs("} 1\n", out);
+    }
+    prom_head(out, "hakozuna_uptime_seconds", "gauge", "Seconds since the process started");
+    for (size_t i = 0; i < n; i++) {
+        fputs("hakozuna_uptime_seconds", out);
+        prom_labels(out, &procs[i]);
+        fprintf(out, "} %.3f\n", uptime_of(&procs[i].snap));
+    }
+    for (size_t f = 0; f < NFIELDS; f++) {
+        const struct field *fd = &fields[f];
+        if (fd->offset == offsetof(struct hz_shm_counters, last_publish_mono_ns)) continue;
+        bool unix_time = fd->offset == offsetof(struct hz_shm_counters, last_publish_unix_ns);
+        bool counter = fd->kind == K_COUNT || fd->kind == K_BYTES;
+        if (unix_time)
+            snprintf(name, sizeof name, "hakozuna_last_publish_timestamp_seconds");
+        else
+            snprintf(name, sizeof name, "hakozuna_%s%s", fd->name, counter ? "_total" : "");
+        prom_head(out, name, counter ? "counter" : "gauge",
+                  unix_time ? "Time of the last publish, seconds since the epoch" : fd->desc);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = get(&procs[i].snap.counters, fd);
+            fputs(name, out);
+            prom_labels(out, &procs[i]);
+            if (unix_time) fprintf(out, "} %.3f\n", (double)v / 1e9);
+            else fprintf(out, "} %" PRIu64 "\n", v);
+        }
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } cls[] = {
+        {"hakozuna_class_mallocs_total", "counter", "Allocations per size class"},
+        {"hakozuna_class_frees_total", "counter", "Frees per size class"},
+        {"hakozuna_class_live_blocks", "gauge", "Blocks in use per size class"},
+    };
+    for (unsigned j = 0; j < 3; j++) {
+        prom_head(out, cls[j].name, cls[j].type, cls[j].help);
+        for (size_t i = 0; i < n; i++) {
+            const struct hz_shm_segment *s = &procs[i].snap;
+            unsigned lim = class_limit(s);
+            for (unsigned c = 0; c < lim; c++) {
+                const struct hz_shm_class *k = &s->classes[c];
+                if (k->size == 0 || (k->mallocs == 0 && k->frees == 0)) continue;
+                uint64_t v = j == 0 ? k->mallocs
+                             : j == 1 ? k->frees
+                             : k->mallocs >= k->frees ? k->mallocs - k->frees : 0;
+                fputs(cls[j].name, out);
+                prom_labels(out, &procs[i]);
+                fprintf(out, ",class=\"%u\",size=\"%" PRIu64 "\"} %" PRIu64 "\n", c, k->size, v);
+            }
+        }
+    }
+}
+
+/* Take a snapshot of pid into p; with quiet, a process without a readable live
+ * segment is left out without a word (the all-processes form). */
+static int prom_take(struct prom_proc *p, long pid, bool quiet) {
+    struct seg g;
+    int rc;
+    if (quiet) {
+        if (seg_open(&g, pid) != SEG_OK || seg_liveness(&g, true, true) != ALIVE || !seg_read(&g)) {
+            seg_close(&g);
+            return EXIT_NOSEG;
+        }
+    } else if ((rc = open_live(&g, pid)) != EXIT_OK) {
+        return rc;
+    }
+    p->pid = pid;
+    proc_comm(pid, p->comm, sizeof p->comm);
+    memcpy(&p->snap, &g.snap, sizeof p->snap);
+    seg_close(&g);
+    return EXIT_OK;
+}
+
+static long list_pids(long **out);
+
+/* --prometheus [PID] [-o FILE]: every live publishing process, or PID.  With FILE the
+ * text goes to FILE.tmp, then is renamed over FILE, so that the collector never reads
+ * half a file. */
+static int cmd_prometheus(long pid, const char *path) {
+    struct prom_proc *procs = NULL;
+    size_t n = 0;
+    if (pid != 0) {
+        procs = malloc(sizeof *procs);
+        if (procs == NULL) {
+            msg("out of memory");
+            return EXIT_ERROR;
+        }
+        int rc = prom_take(procs, pid, false);
+        if (rc != EXIT_OK) {
+            free(procs);
+            return rc;
+        }
+        n = 1;
+    } else {
+        long *pids = NULL;
+        long np = list_pids(&pids);
+        if (np < 0) {
+            msg("cannot read %s: %s", HZ_SHM_DIR, strerror(errno));
+            return EXIT_ERROR;
+        }
+        procs = calloc(np > 0 ? (size_t)np : 1, sizeof *procs);
+        if (procs == NULL) {
+            free(pids);
+            msg("out of memory");
+            return EXIT_ERROR;
+        }
+        for (long i = 0; i < np; i++)
+            if (prom_take(&procs[n], pids[i], true) == EXIT_OK) n++;
+        free(pids);
+    }
+    int rc = EXIT_OK;
+    if (path == NULL) {
+        prom_write(stdout, procs, n);
+        if (fflush(stdout) != 0) rc = EXIT_ERROR;
+    } else {
+        char *tmp = NULL;
+        FILE *out = NULL;
+        if (asprintf(&tmp, "%s.tmp", path) < 0) tmp = NULL;
+        if (tmp == NULL || (out = fopen(tmp, "w")) == NULL) {
+            msg("%s: %s", tmp ? tmp : path, strerror(errno));
+            rc = EXIT_ERROR;
+        } else {
+            prom_write(out, procs, n);
+            bool bad = ferror(out) != 0;
+            if (fclose(out) != 0) bad = true;
+            if (bad || rename(tmp, path) != 0) {
+                msg("%s: %s", bad ? tmp : path, strerror(errno));
+                unlink(tmp);
+                rc = EXIT_ERROR;
+            }
+        }
+        free(tmp);
+    }
+    free(procs);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- intervals */
 
 static volatile sig_atomic_t interrupted;
@@ -868,6 +1105,8 @@ int main(int argc, char **argv) {
         {"json", no_argument, NULL, 'j'},
         {"classes", no_argument, NULL, 'c'},
         {"gc", no_argument, NULL, 'G'},
+        {"prometheus", no_argument, NULL, 'P'},
+        {"output", required_argument, NULL, 'o'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -875,10 +1114,12 @@ int main(int argc, char **argv) {
     double interval = 0;
     long count = 0, pid = 0;
     bool json = false, classes = false, gc = false, have_interval = false, have_count = false;
+    bool oneshot = false, prometheus = false;
+    const char *output = NULL;
     int c;
     opterr = 0;
     /* GNU getopt permutes: options may also follow the PID. */
-    while ((c = getopt_long(argc, argv, ":i:n:jch", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":i:n:jch1o:", longopts, NULL)) != -1) {
         switch (c) {
         case 'i': {
             char *end;
@@ -898,6 +1139,9 @@ int main(int argc, char **argv) {
         case 'j': json = true; break;
         case 'c': classes = true; break;
         case 'G': gc = true; break;
+        case '1': oneshot = true; break;
+        case 'P': prometheus = true; break;
+        case 'o': output = optarg; break;
         case 'V':
             printf("hzstat (hakozuna) %s, stats segment layout %u\n", PACKAGE_VERSION,
                    HZ_SHM_LAYOUT_VERSION);
@@ -914,18 +1158,30 @@ int main(int argc, char **argv) {
     if (optind < argc) return usage_error("unexpected argument: %s", argv[optind]);
 
     if (gc) {
-        if (pid_arg || have_interval || have_count || classes || json)
+        if (pid_arg || have_interval || have_count || classes || json || oneshot ||
+            prometheus || output)
             return usage_error("--gc takes no other argument");
         return cmd_gc();
     }
+    if (output && !prometheus) return usage_error("-o goes with --prometheus");
+    if (prometheus) {
+        if (have_interval || have_count || classes || json || oneshot)
+            return usage_error("--prometheus takes only -o FILE and a PID");
+        if (pid_arg && !parse_long(pid_arg, 1, INT_MAX, &pid))
+            return usage_error("not a process id: '%s'", pid_arg);
+        return cmd_prometheus(pid_arg ? pid : 0, output);
+    }
+    if (oneshot && (have_interval || have_count || json))
+        return usage_error("-1 does not go with -i, -n or -j");
     if (pid_arg == NULL) {
-        if (have_interval || have_count || classes)
-            return usage_error("-i, -n and -c need a PID");
+        if (have_interval || have_count || classes || oneshot)
+            return usage_error("-i, -n, -c and -1 need a PID");
         return cmd_list(json);
     }
     if (!parse_long(pid_arg, 1, INT_MAX, &pid))
         return usage_error("not a process id: '%s'", pid_arg);
     if (have_count && !have_interval) interval = 1, have_interval = true;
+    if (oneshot) return cmd_oneshot(pid, classes);
     if (have_interval) return cmd_interval(pid, interval, count, json, classes);
     return cmd_snapshot(pid, json, classes);
 }
