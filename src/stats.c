@@ -117,7 +117,7 @@ static uint64_t large_blocks(void) {
  * are not arenas a caller could act on, so only the totals are printed: glibc's
  * "system bytes" and "in use bytes" under its "Total (incl. mmap):" heading, then
  * hakozuna's own counters.  Written to stderr with write(2), as glibc writes to
- * stderr; no stdio, so it is safe wherever the allocator is. */
+ * stderr, but without stdio or malloc: formatted in a buffer on the stack. */
 void hz_malloc_stats_impl(void) {
     hz_stats_snapshot_t m;
     hz_stats_snapshot(&m);
@@ -139,7 +139,8 @@ void hz_malloc_stats_impl(void) {
     stats_line("foreign frees", s->foreign_frees);
 }
 
-/* One XML element: <name a0="v0" a1="v1" .../> (names[i] NULL ends the list). */
+/* One XML element of n attributes: <name a0="v0" a1="v1" .../>, each value the
+ * string texts[i] when there is one, else the number values[i]. */
 static void xml_element(FILE *fp, const char *name, const char *const *attrs,
                         const char *const *texts, const uint64_t *values, unsigned n) {
     hz_line_t l = {.n = 0};
