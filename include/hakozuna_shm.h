@@ -1,11 +1,18 @@
 /* hakozuna_shm.h - layout of hakozuna's live statistics segment.
  *
  * A process started with HAKOZUNA_STATS=1 (and not in secure-execution mode) creates
- * the POSIX shared-memory object "/hakozuna.<pid>", i.e. the file
- * /dev/shm/hakozuna.<pid>, mode 0600, and republishes its counters there at most
+ * a POSIX shared-memory object, mode 0600, and republishes its counters there at most
  * every HZ_SHM_PUBLISH_MS milliseconds from the allocator's slow paths.  At normal
  * exit it publishes a last time (setting HZ_SHM_FLAG_FINAL) and removes the object.
  * hzstat(1) reads it; any other reader may too, using only this header.
+ *
+ * The object's name holds the pid, and for a process outside the initial PID
+ * namespace also that namespace (pids are per namespace, /dev/shm may be shared):
+ *   /dev/shm/hakozuna.<pid>          PID namespace inode == HZ_SHM_INIT_PID_NS
+ *   /dev/shm/hakozuna.<ns>.<pid>     any other: <ns> is the inode of the process's
+ *                                    PID namespace (/proc/PID/ns/pid), <pid> its pid
+ *                                    in that namespace (both decimal)
+ * A reader looks for the pid of its own namespace under its own namespace's name.
  *
  * Rules for readers:
  *  - The preamble (magic, layout_version, header_size, total_size, pid, start_time,
@@ -32,12 +39,15 @@
 
 /* Bytes "hakoshm\0" at offset 0. */
 #define HZ_SHM_MAGIC UINT64_C(0x006d68736f6b6168)
-#define HZ_SHM_LAYOUT_VERSION 1u
+#define HZ_SHM_LAYOUT_VERSION 2u
 
 /* shm_open(3) name prefix and where Linux keeps those objects. */
 #define HZ_SHM_NAME_PREFIX "/hakozuna."      /* + decimal pid */
 #define HZ_SHM_DIR "/dev/shm"
-#define HZ_SHM_FILE_PREFIX "hakozuna."       /* file name in HZ_SHM_DIR: + pid */
+#define HZ_SHM_FILE_PREFIX "hakozuna."       /* file name in HZ_SHM_DIR: + [ns.]pid */
+
+/* Inode of the initial PID namespace (the kernel's PROC_PID_INIT_INO). */
+#define HZ_SHM_INIT_PID_NS UINT64_C(0xEFFFFFFC)
 
 /* The only environment switch: exactly this string in the environment. */
 #define HZ_SHM_ENV "HAKOZUNA_STATS"
@@ -104,10 +114,11 @@ struct hz_shm_segment {
     uint64_t start_time;         /* its start time: clock ticks since boot, field 22 of
                                     /proc/PID/stat (0 if unknown) */
     uint64_t creation_id;        /* random 64-bit id of this segment */
-    /* --- layout version 1 --- */
+    /* --- layout version 2 --- */
     uint64_t generation;         /* seqlock: odd while the counters are being written */
     uint64_t clock_ticks;        /* ticks per second of start_time (AT_CLKTCK) */
     uint64_t created_unix_ns;    /* CLOCK_REALTIME when the segment was made */
+    uint64_t pid_ns;             /* inode of the PID namespace `pid` is counted in (2) */
     uint32_t flags;              /* HZ_SHM_FLAG_* */
     uint32_t class_count;        /* entries of classes[] in use (class 0 is unused) */
     char variant[32];            /* "default", ...: NUL-terminated */

@@ -2,31 +2,45 @@
  *
  * Off unless the environment holds exactly HAKOZUNA_STATS=1 when the library's
  * constructor runs (and never in secure-execution mode: setuid/setgid programs and
- * file capabilities).  When on, the constructor creates /dev/shm/hakozuna.<pid>
- * (include/hakozuna_shm.h describes it) and the allocator's slow paths republish the
- * merged counters there at most every HZ_SHM_PUBLISH_MS, one thread at a time, under
- * a seqlock; the destructor publishes a last time and removes it.  Switching it on
- * changes nothing in how memory is allocated.
+ * file capabilities).  When on, the constructor creates the segment (its name is
+ * below; include/hakozuna_shm.h describes its layout) and the allocator's slow paths
+ * republish the merged counters there at most every HZ_SHM_PUBLISH_MS, one thread at
+ * a time, under a seqlock; the destructor publishes a last time and removes it.
+ * Switching it on changes nothing in how memory is allocated, and nothing the
+ * program can see besides the file: the library keeps no descriptor open (the one it
+ * creates the object with is closed as soon as the object is mapped), so it never
+ * closes, reads or writes a descriptor number the program may have reused.
  *
  * Like the rest of the core this never allocates, never uses stdio, getenv or dlsym:
  * the environment is read through `environ` and files through raw system calls.  Any
- * failure (no /dev/shm, no space, a name taken by someone else) leaves the process
- * running without stats, silently.
+ * failure (no /dev/shm, no /proc, no space, a name taken by someone else) leaves the
+ * process running without stats, silently.
+ *
+ * Names: a pid means nothing outside its PID namespace, and containers may share
+ * /dev/shm while each has its own.  A process of the initial PID namespace publishes
+ * /dev/shm/hakozuna.<pid>; any other process /dev/shm/hakozuna.<ns>.<pid>, where <ns>
+ * is the inode of its PID namespace (/proc/self/ns/pid) and <pid> its pid there.
+ * Two live processes therefore never share a name, and a reader knows from the name
+ * alone which namespace a segment belongs to.  The header repeats pid, namespace and
+ * start time (ticks since boot), so that a name left by a process that died can be
+ * told from one of the living; /dev/shm does not outlive a boot.
  *
  * fork: the child must neither write into nor remove its parent's segment.  An atfork
  * handler drops the inherited mapping in the child, whose next publish makes it a
  * segment of its own; a process that finds its pid differing from the segment's
  * without that handler having run (vfork, raw clone) publishes nothing.
  *
- * exec: the creating process holds an exclusive flock on the object through a
- * close-on-exec descriptor, so a segment left behind by an earlier program image of
- * the same pid is recognised as free and replaced.
+ * exec keeps the pid, and the new program image finds the name it wants taken by the
+ * segment of the old one, which exec unmapped without removing.  The name is ours to
+ * replace when its header names our pid and namespace and either another start time
+ * (a process that died, whose pid we got) or ours while no mapping of that file
+ * remains in this process (an earlier image); if this process still maps it, another
+ * copy of the library publishes there and this copy runs without stats.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/auxv.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -52,9 +66,8 @@ static _Atomic int publish_busy; /* try-lock: one publisher at a time */
 static _Atomic uint64_t next_publish_ms;
 static struct hz_shm_segment *shm; /* our mapping, NULL when none */
 static size_t shm_size;
-static int shm_fd = -1;
 static pid_t shm_pid;              /* the process shm belongs to */
-static char shm_path[sizeof HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX + 24];
+static char shm_path[sizeof HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX + 48];
 
 /* --------------------------------------------------------------- helpers */
 
@@ -130,6 +143,65 @@ static uint64_t self_start_time(void) {
     return v;
 }
 
+/* Inode of this process's PID namespace: readlink /proc/self/ns/pid, "pid:[N]"; 0 if
+ * unknown. */
+static uint64_t self_pid_ns(void) {
+    char buf[64];
+    ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *p = buf;
+    while (*p != '\0' && *p != '[') p++;
+    if (*p != '[') return 0;
+    uint64_t v = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++) v = v * 10 + (uint64_t)(*p - '0');
+    return *p == ']' ? v : 0;
+}
+
+/* Does this process map the file with inode ino from /dev/shm?  1 yes, 0 no, -1
+ * cannot tell.  /proc/self/maps is read in pieces; a line is "range perms offset
+ * dev inode path". */
+static int self_maps_inode(uint64_t ino) {
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[4096];
+    size_t have = 0;
+    int found = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof buf - have);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            found = -1;
+            break;
+        }
+        have += (size_t)n;
+        size_t start = 0;
+        for (size_t i = 0; i < have; i++) {
+            if (buf[i] != '\n' && !(n == 0 && i + 1 == have)) continue;
+            /* line buf[start..i]: skip four fields, read the inode */
+            size_t k = start;
+            for (int field = 0; field < 4 && k < i; field++) {
+                while (k < i && buf[k] != ' ') k++;
+                while (k < i && buf[k] == ' ') k++;
+            }
+            uint64_t v = 0;
+            while (k < i && buf[k] >= '0' && buf[k] <= '9') v = v * 10 + (uint64_t)(buf[k++] - '0');
+            static const char dir[] = HZ_SHM_DIR "/";
+            if (v == ino) {
+                while (k < i && buf[k] == ' ') k++;
+                if (i - k >= sizeof dir - 1 && memcmp(buf + k, dir, sizeof dir - 1) == 0) found = 1;
+            }
+            start = i + 1;
+        }
+        if (found != 0 || n == 0) break;
+        if (start == 0 && have == sizeof buf) start = have; /* a line too long: skip it */
+        memmove(buf, buf + start, have - start);
+        have -= start;
+    }
+    close(fd);
+    return found;
+}
+
 static uint64_t creation_id(void) {
     uint64_t id = 0;
     if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id || id == 0)
@@ -184,39 +256,56 @@ static void publish(struct hz_shm_segment *s, bool final) {
 
 /* ------------------------------------------------------- making the segment */
 
-static void make_path(pid_t pid) {
+/* The segment name of pid in PID namespace ns (see the top of this file). */
+static void make_path(pid_t pid, uint64_t ns) {
     char *p = put_str(shm_path, HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX);
+    if (ns != HZ_SHM_INIT_PID_NS) {
+        p = put_u64(p, ns);
+        p = put_str(p, ".");
+    }
     put_u64(p, (uint64_t)pid);
 }
 
-/* The name is taken.  Only this process can have made it (the pid is ours): by an
- * earlier program image (exec keeps the pid, and close-on-exec released its lock) or
- * by a process that died without cleaning up and whose pid we now have.  Remove it
- * if it is ours to remove and nobody holds it; another copy of the library in this
- * process would hold its lock, and then this copy runs without stats. */
-static bool remove_leftover(void) {
+/* The name is taken.  Remove it if it is a leftover we may replace (see the top of
+ * this file): a segment of our pid and namespace, of our user, whose process is gone
+ * or is this one under an earlier program image. */
+static bool remove_leftover(pid_t pid, uint64_t ns, uint64_t start) {
     int fd = open(shm_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return errno == ENOENT; /* gone meanwhile: try again */
     struct stat st;
-    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-              flock(fd, LOCK_EX | LOCK_NB) == 0;
-    if (ok) ok = unlink(shm_path) == 0 || errno == ENOENT;
+    struct hz_shm_segment pre;
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+    if (ok && st.st_size != 0) { /* an empty file: its maker died before sizing it */
+        ok = pread(fd, &pre, HZ_SHM_PREAMBLE_SIZE, 0) == HZ_SHM_PREAMBLE_SIZE &&
+             pre.pid == (uint64_t)pid;
+        /* Only layout 2 on records the namespace; a name without one is the initial
+         * namespace's, which is ours when we got here. */
+        if (ok && pre.layout_version >= 2 &&
+            pread(fd, &pre.pid_ns, sizeof pre.pid_ns, offsetof(struct hz_shm_segment, pid_ns)) ==
+                (ssize_t)sizeof pre.pid_ns)
+            ok = pre.pid_ns == ns;
+        if (ok && pre.start_time == start && start != 0) ok = self_maps_inode(st.st_ino) == 0;
+    }
     close(fd);
+    if (ok) ok = unlink(shm_path) == 0 || errno == ENOENT;
     return ok;
 }
 
 /* Make and map the segment of the calling process; false (and no file) on failure. */
 static bool shm_create(void) {
     pid_t pid = getpid();
-    make_path(pid);
+    uint64_t ns = self_pid_ns();
+    if (ns == 0) return false; /* no /proc: no name that is safe to share */
+    uint64_t start = self_start_time();
+    make_path(pid, ns);
     int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
     int fd = open(shm_path, flags, 0600);
-    if (fd < 0 && errno == EEXIST && remove_leftover()) fd = open(shm_path, flags, 0600);
+    if (fd < 0 && errno == EEXIST && remove_leftover(pid, ns, start))
+        fd = open(shm_path, flags, 0600);
     if (fd < 0) return false;
 
     size_t size = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size());
     struct hz_shm_segment *s = MAP_FAILED;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) goto fail;
     /* Reserve the blocks now: a full tmpfs must fail here, not as SIGBUS later. */
     if (fallocate(fd, 0, 0, (off_t)size) != 0) {
         if (errno != EOPNOTSUPP && errno != ENOSYS) goto fail;
@@ -224,13 +313,16 @@ static bool shm_create(void) {
     }
     s = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (s == MAP_FAILED) goto fail;
+    close(fd); /* the mapping is all we keep */
+    fd = -1;
 
     /* A fresh object reads as zero: fill in everything but the magic. */
     s->layout_version = HZ_SHM_LAYOUT_VERSION;
     s->header_size = (uint32_t)sizeof(struct hz_shm_segment);
     s->total_size = size;
     s->pid = (uint64_t)pid;
-    s->start_time = self_start_time();
+    s->start_time = start;
+    s->pid_ns = ns;
     s->creation_id = creation_id();
     s->clock_ticks = getauxval(AT_CLKTCK);
     if (s->clock_ticks == 0) s->clock_ticks = 100;
@@ -245,13 +337,12 @@ static bool shm_create(void) {
 
     shm = s;
     shm_size = size;
-    shm_fd = fd;
     shm_pid = pid;
     return true;
 fail:
     if (s != MAP_FAILED) munmap(s, size);
     unlink(shm_path);
-    close(fd);
+    if (fd >= 0) close(fd);
     return false;
 }
 
@@ -259,8 +350,6 @@ fail:
 static void shm_atfork_child(void) {
     if (shm != NULL) munmap(shm, shm_size);
     shm = NULL;
-    if (shm_fd >= 0) close(shm_fd); /* the parent keeps its lock through its own fd */
-    shm_fd = -1;
     atomic_store_explicit(&publish_busy, 0, memory_order_relaxed);
     atomic_store_explicit(&next_publish_ms, 0, memory_order_relaxed);
 }

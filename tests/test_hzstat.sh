@@ -202,7 +202,7 @@ if start_prog live --stats; then
     check "  remote_frees_sent >= $remote (every free was remote)" ge "$r" $remote
     check "  threads_live >= $THREADS" ge "$t" $THREADS
     check "  heaps_created >= $THREADS" ge "$h" $THREADS
-    check "  pid and layout" grep -q "\"pid\":$p,.*\"layout_version\":1" "$tmp/j"
+    check "  pid and layout" grep -q "\"pid\":$p,.*\"layout_version\":2" "$tmp/j"
 
     "$HZSTAT" -j -c "$p" >"$tmp/jc" 2>"$tmp/e"
     expect_rc "hzstat -j -c PID" 0 $?
@@ -309,7 +309,7 @@ if start_prog live --stats; then
     cp "$tmp/seg" "$fake"
     "$HZSTAT" $$ >/dev/null 2>"$tmp/e"
     expect_rc "layout version mismatch" 6 $?
-    check "  names both versions (99 and 1)" grep -q 'version 99.*version 1' "$tmp/e"
+    check "  names both versions (99 and 2)" grep -q 'version 99.*version 2' "$tmp/e"
     sed 's/^/    /' "$tmp/e"
     check "  header size read back ($header_size)" test -n "$header_size"
     "$HZSTAT" --gc >"$tmp/gc" 2>"$tmp/e"

@@ -1,8 +1,10 @@
 /* hzstat - live statistics of processes running on hakozuna.
  *
  * Reads the segments that processes started with HAKOZUNA_STATS=1 (hzrun --stats)
- * publish in /dev/shm/hakozuna.<pid>; see include/hakozuna_shm.h for the layout and
- * docs/OBSERVABILITY.md for the tool.  It links nothing of the allocator.
+ * publish in /dev/shm/hakozuna.[<ns>.]<pid>; see include/hakozuna_shm.h for the layout
+ * and naming, docs/OBSERVABILITY.md for the tool.  It links nothing of the allocator.
+ * PIDs are those of hzstat's own PID namespace; segments of other namespaces are left
+ * alone unless --gc can prove their process gone.
  *
  *   hzstat                      list processes that publish stats
  *   hzstat [-j] [-c] PID        one snapshot (text, or one JSON object)
@@ -85,7 +87,8 @@ static void usage(FILE *out) {
             "  -h, --help          this help\n"
             "\n"
             "A process publishes stats when started with `hzrun --stats CMD` or with\n"
-            "HAKOZUNA_STATS=1 in its environment; they live in %s/%sPID.\n"
+            "HAKOZUNA_STATS=1 in its environment; they live in %s/%sPID (%s[NS.]PID\n"
+            "outside the initial PID namespace).  PIDs are those of hzstat's namespace.\n"
             "\n"
             "Exit status:\n"
             "  0  success\n"
@@ -96,7 +99,7 @@ static void usage(FILE *out) {
             "  5  permission denied\n"
             "  6  segment layout version not understood by this hzstat\n"
             "  7  stale segment: its process is gone (or its pid was reused)\n",
-            prog, HZ_SHM_DIR, HZ_SHM_FILE_PREFIX);
+            prog, HZ_SHM_DIR, HZ_SHM_FILE_PREFIX, HZ_SHM_FILE_PREFIX);
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -225,6 +228,25 @@ static unsigned class_limit(const struct hz_shm_segment *s) {
 
 /* ------------------------------------------------------------------ process */
 
+/* Inode of the PID namespace of /proc/PID/ns/pid ("self" for ours); 0 if unreadable
+ * (errno tells why). */
+static uint64_t pid_ns_of(const char *pid) {
+    char path[64], buf[64];
+    snprintf(path, sizeof path, "/proc/%s/ns/pid", pid);
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    unsigned long long v;
+    if (sscanf(buf, "pid:[%llu]", &v) != 1) {
+        errno = EINVAL;
+        return 0;
+    }
+    return v;
+}
+
+/* Our PID namespace: the pids we take and print are counted there. */
+static uint64_t own_ns = HZ_SHM_INIT_PID_NS;
+
 static uint64_t now_ns(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
@@ -334,7 +356,8 @@ static const char *liveness_text[] = {
 
 struct seg {
     long pid;
-    char path[sizeof HZ_SHM_DIR + sizeof HZ_SHM_FILE_PREFIX + 24];
+    uint64_t ns;            /* PID namespace of pid */
+    char path[sizeof HZ_SHM_DIR + sizeof HZ_SHM_FILE_PREFIX + 48];
     int fd;
     int err;                /* errno of the failing step */
     struct stat st;
@@ -351,12 +374,18 @@ static void seg_close(struct seg *g) {
     g->fd = -1;
 }
 
-/* Open and check /dev/shm/hakozuna.PID; on SEG_OK it is mapped. */
-static enum seg_status seg_open(struct seg *g, long pid) {
+/* Open and check the segment of PID in namespace ns (include/hakozuna_shm.h names
+ * it); on SEG_OK it is mapped. */
+static enum seg_status seg_open_ns(struct seg *g, long pid, uint64_t ns) {
     memset(g, 0, sizeof *g);
     g->fd = -1;
     g->pid = pid;
-    snprintf(g->path, sizeof g->path, "%s/%s%ld", HZ_SHM_DIR, HZ_SHM_FILE_PREFIX, pid);
+    g->ns = ns;
+    if (ns == HZ_SHM_INIT_PID_NS)
+        snprintf(g->path, sizeof g->path, "%s/%s%ld", HZ_SHM_DIR, HZ_SHM_FILE_PREFIX, pid);
+    else
+        snprintf(g->path, sizeof g->path, "%s/%s%" PRIu64 ".%ld", HZ_SHM_DIR, HZ_SHM_FILE_PREFIX,
+                 ns, pid);
     g->fd = open(g->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (g->fd < 0) {
         g->err = errno;
@@ -400,8 +429,12 @@ static enum seg_status seg_open(struct seg *g, long pid) {
         return SEG_IOERR;
     }
     g->map = m;
+    if (__atomic_load_n(&g->map->pid_ns, __ATOMIC_RELAXED) != ns) return SEG_BAD;
     return SEG_OK;
 }
+
+/* The segment of PID of our own namespace. */
+static enum seg_status seg_open(struct seg *g, long pid) { return seg_open_ns(g, pid, own_ns); }
 
 /* A consistent copy of the mapped segment (seqlock read); false if none came. */
 static bool seg_read(struct seg *g) {
@@ -954,30 +987,49 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
 
 /* --------------------------------------------------------------- list / gc */
 
-static int pid_cmp(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x > y) - (x < y);
+struct named {
+    uint64_t ns; /* PID namespace named by the file */
+    long pid;
+};
+
+static int named_cmp(const void *a, const void *b) {
+    const struct named *x = a, *y = b;
+    if (x->ns != y->ns) return (x->ns > y->ns) - (x->ns < y->ns);
+    return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-/* PIDs of the segment files in /dev/shm, sorted; -1 on error. */
-static long list_pids(long **out) {
+/* A decimal number without sign or leading zero, at most digits long. */
+static bool parse_dec(const char *s, size_t len, size_t digits, uint64_t *out) {
+    if (len == 0 || len > digits || *s == '0') return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* The segment files in /dev/shm by namespace and pid, sorted; -1 on error. */
+static long list_segments(struct named **out) {
     DIR *d = opendir(HZ_SHM_DIR);
     if (d == NULL) return -1;
-    long *v = NULL;
+    struct named *v = NULL;
     size_t n = 0, cap = 0;
     struct dirent *e;
     const size_t plen = strlen(HZ_SHM_FILE_PREFIX);
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, HZ_SHM_FILE_PREFIX, plen) != 0) continue;
         const char *num = e->d_name + plen;
-        if (*num == '\0' || *num == '0' || strspn(num, "0123456789") != strlen(num) ||
-            strlen(num) > 10)
-            continue;
-        long pid = strtol(num, NULL, 10);
-        if (pid <= 0 || pid > INT_MAX) continue;
+        const char *dot = strchr(num, '.');
+        uint64_t ns = HZ_SHM_INIT_PID_NS, pid;
+        if (dot != NULL && !parse_dec(num, (size_t)(dot - num), 20, &ns)) continue;
+        if (dot != NULL) num = dot + 1;
+        if (!parse_dec(num, strlen(num), 10, &pid) || pid > INT_MAX) continue;
+        if (dot != NULL && ns == HZ_SHM_INIT_PID_NS) continue; /* not a name we make */
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
-            long *nv = realloc(v, cap * sizeof *v);
+            struct named *nv = realloc(v, cap * sizeof *v);
             if (nv == NULL) {
                 free(v);
                 closedir(d);
@@ -985,12 +1037,95 @@ static long list_pids(long **out) {
             }
             v = nv;
         }
-        v[n++] = pid;
+        v[n].ns = ns;
+        v[n++].pid = (long)pid;
     }
     closedir(d);
-    if (n) qsort(v, n, sizeof *v, pid_cmp);
+    if (n) qsort(v, n, sizeof *v, named_cmp);
     *out = v;
     return (long)n;
+}
+
+/* PIDs of our namespace's segments, sorted; -1 on error. */
+static long list_pids(long **out) {
+    struct named *v = NULL;
+    long n = list_segments(&v);
+    if (n < 0) return -1;
+    long *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    long k = 0;
+    if (p == NULL) {
+        free(v);
+        return -1;
+    }
+    for (long i = 0; i < n; i++)
+        if (v[i].ns == own_ns) p[k++] = v[i].pid;
+    free(v);
+    *out = p;
+    return k;
+}
+
+/* The pid of PID in its own namespace (the last field of NSpid in /proc/PID/status),
+ * and in how many namespaces it has one (*levels: 0 if unreadable, errno set). */
+static long ns_pid(long pid, int *levels) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    *levels = 0;
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return -1;
+    long last = -1;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "NSpid:", 6) != 0) continue;
+        char *p = line + 6, *end;
+        for (;;) {
+            long v = strtol(p, &end, 10);
+            if (end == p) break;
+            last = v;
+            ++*levels;
+            p = end;
+        }
+        break;
+    }
+    fclose(f);
+    if (*levels == 0) errno = EINVAL;
+    return last;
+}
+
+/* Liveness of a segment of another PID namespace, for --gc, which must not remove a
+ * segment unless its process is provably gone.  Processes of every namespace below
+ * ours are visible here under pids of our own: find the one in namespace g->ns
+ * whose pid there (the last NSpid of /proc/X/status) is g->pid.  Gone needs proof:
+ * we are in the initial namespace (which sees every process) and could read the
+ * namespace of every process; otherwise the answer is ALIVE. */
+static enum liveness foreign_liveness(const struct seg *g, bool have_header) {
+    if (own_ns != HZ_SHM_INIT_PID_NS) return ALIVE;
+    DIR *d = opendir("/proc");
+    if (d == NULL) return ALIVE;
+    bool unsure = false, found = false;
+    enum liveness lv = GONE;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        uint64_t x;
+        if (!parse_dec(e->d_name, strlen(e->d_name), 10, &x)) continue;
+        int levels;
+        long nspid = ns_pid((long)x, &levels);
+        if (levels == 1) continue; /* a process of our own namespace */
+        uint64_t ns = pid_ns_of(e->d_name);
+        if (ns == 0 || levels < 1) {
+            if (errno != ENOENT && errno != ESRCH) unsure = true; /* not a race with exit */
+            continue;
+        }
+        if (ns != g->ns || nspid != g->pid) continue;
+        found = true;
+        char state;
+        uint64_t start;
+        if (!proc_stat((long)x, &state, &start)) lv = ALIVE; /* cannot tell */
+        else if (state == 'Z' || state == 'X') lv = ZOMBIE;
+        else if (have_header && g->pre.start_time != 0 && start != g->pre.start_time) lv = REUSED;
+        else lv = ALIVE;
+    }
+    closedir(d);
+    if (!found && unsure) return ALIVE;
+    return lv;
 }
 
 static int cmd_list(bool json) {
@@ -1058,8 +1193,8 @@ static int cmd_list(bool json) {
 }
 
 static int cmd_gc(void) {
-    long *pids = NULL;
-    long n = list_pids(&pids);
+    struct named *v = NULL;
+    long n = list_segments(&v);
     if (n < 0) {
         msg("cannot read %s: %s", HZ_SHM_DIR, strerror(errno));
         return EXIT_ERROR;
@@ -1067,9 +1202,11 @@ static int cmd_gc(void) {
     int rc = EXIT_OK, removed = 0;
     for (long i = 0; i < n; i++) {
         struct seg g;
-        enum seg_status st = seg_open(&g, pids[i]);
+        enum seg_status st = seg_open_ns(&g, v[i].pid, v[i].ns);
         bool have = st == SEG_OK || st == SEG_VERSION;
-        enum liveness lv = seg_liveness(&g, have, true);
+        /* Our namespace: the pid is ours to look up.  Another: only with proof. */
+        enum liveness lv = v[i].ns == own_ns ? seg_liveness(&g, have, true)
+                                             : foreign_liveness(&g, have);
         seg_close(&g);
         if (lv == ALIVE) continue;
         if (unlink(g.path) == 0) {
@@ -1081,7 +1218,7 @@ static int cmd_gc(void) {
         }
     }
     if (removed == 0 && rc == EXIT_OK) printf("no stale segments\n");
-    free(pids);
+    free(v);
     if (fflush(stdout) != 0) rc = EXIT_ERROR;
     return rc;
 }
@@ -1155,6 +1292,8 @@ int main(int argc, char **argv) {
     }
     const char *pid_arg = NULL;
     if (optind < argc) pid_arg = argv[optind++];
+    uint64_t ns = pid_ns_of("self");
+    if (ns != 0) own_ns = ns;
     if (optind < argc) return usage_error("unexpected argument: %s", argv[optind]);
 
     if (gc) {
