@@ -13,6 +13,11 @@
  *                                    PID namespace (/proc/PID/ns/pid), <pid> its pid
  *                                    in that namespace (both decimal)
  * A reader looks for the pid of its own namespace under its own namespace's name.
+ * A process that may change its user id (root, real/effective/saved uids not all
+ * equal, or CAP_SETUID) removes the name right after creating the object, since it
+ * might not be allowed to once it has switched users; its object is then reachable
+ * only through its mapping, "/dev/shm/hakozuna.<...> (deleted)" in /proc/PID/maps,
+ * opened as /proc/PID/map_files/START-END (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE).
  *
  * Rules for readers:
  *  - The preamble (magic, layout_version, header_size, total_size, pid, start_time,

@@ -25,6 +25,21 @@
  * start time (ticks since boot), so that a name left by a process that died can be
  * told from one of the living; /dev/shm does not outlive a boot.
  *
+ * Lifetime: a process removes its name at exit, and only a killed one leaves a name
+ * behind (`hzstat --gc` removes it).  But /dev/shm is sticky: only the file's owner
+ * (or CAP_FOWNER) may remove a name there, and a process that made its segment as
+ * root and then switched to another user (nginx's master and workers, setuid to
+ * nobody) could not, and left it for root to collect.  Which user a process will end
+ * up as is unknown when it makes the segment, and once switched it can neither
+ * remove nor chown the file, so a process that may change its user id (root, real,
+ * effective and saved ids not all equal, or CAP_SETUID) removes the name right after
+ * making the segment and keeps only the mapping.  Its segment then lives exactly as
+ * long as the process (and its mapping) does, killed or not; readers find it in
+ * /proc/PID/maps as "/dev/shm/hakozuna.<pid> (deleted)" and open it through
+ * /proc/PID/map_files, which takes CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE): root,
+ * as its mode 0600 and owner root already required.  Every other process keeps the
+ * name, which its own user's hzstat can open.
+ *
  * fork: the child must neither write into nor remove its parent's segment.  An atfork
  * handler drops the inherited mapping in the child, whose next publish makes it a
  * segment of its own; a process that finds its pid differing from the segment's
@@ -44,7 +59,9 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -67,6 +84,7 @@ static _Atomic uint64_t next_publish_ms;
 static struct hz_shm_segment *shm; /* our mapping, NULL when none */
 static size_t shm_size;
 static pid_t shm_pid;              /* the process shm belongs to */
+static bool shm_unnamed;           /* its name was removed when it was made */
 static char shm_path[sizeof HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX + 48];
 
 /* --------------------------------------------------------------- helpers */
@@ -202,6 +220,20 @@ static int self_maps_inode(uint64_t ino) {
     return found;
 }
 
+/* Could this process change the user id it acts as (root, differing real, effective
+ * and saved ids, or CAP_SETUID)?  Then it may not be allowed to remove a name it made
+ * once it exits. */
+static bool may_change_uid(void) {
+    uid_t r, e, s;
+    if (getresuid(&r, &e, &s) != 0) return true;
+    if (r == 0 || e == 0 || s == 0 || r != e || e != s) return true;
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0) return true;
+    uint32_t bit = 1u << CAP_SETUID; /* CAP_SETUID < 32: in data[0] */
+    return ((data[0].effective | data[0].permitted) & bit) != 0;
+}
+
 static uint64_t creation_id(void) {
     uint64_t id = 0;
     if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id || id == 0)
@@ -335,6 +367,10 @@ static bool shm_create(void) {
     publish(s, false);
     __atomic_store_n(&s->magic, HZ_SHM_MAGIC, __ATOMIC_RELEASE); /* now readable */
 
+    /* A process that may change its user id removes the name at once (see the top of
+     * this file); the mapping stays. */
+    shm_unnamed = may_change_uid();
+    if (shm_unnamed) unlink(shm_path);
     shm = s;
     shm_size = size;
     shm_pid = pid;
@@ -397,7 +433,7 @@ void hz_shm_stop(void) {
     if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) && shm != NULL &&
         getpid() == shm_pid) {
         publish(shm, true);
-        unlink(shm_path);
+        if (!shm_unnamed) unlink(shm_path);
     }
     /* The mapping stays: a thread still running past exit may look at shm_on only. */
     atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);

@@ -89,6 +89,20 @@ stop_prog() { # PID : let it exit normally; returns its exit status
     wait "$1"
 }
 
+# The segment of PID: /dev/shm/hakozuna.PID, or for a process that may change its
+# user id (root), which removes that name at once, its mapping in
+# /proc/PID/map_files.
+seg_path() {
+    if [ -e "/dev/shm/hakozuna.$1" ]; then
+        echo "/dev/shm/hakozuna.$1"
+        return
+    fi
+    r=$(sed -n "s|^\([0-9a-f]*\)-\([0-9a-f]*\) .* /dev/shm/hakozuna\.$1 (deleted)\$|\1 \2|p" "/proc/$1/maps" 2>/dev/null | head -n 1)
+    [ -n "$r" ] && printf '/proc/%s/map_files/%x-%x\n' "$1" "0x${r% *}" "0x${r#* }"
+}
+root=false
+[ "$(id -u)" -eq 0 ] && root=true
+
 # --gc exits 0, or 5 when stale segments of other users (not ours) cannot be removed.
 gc_rc() { # DESCRIPTION STATUS
     if [ "$2" -eq 0 ]; then
@@ -179,9 +193,12 @@ if start_prog live --stats; then
     p=$prog_pid
     reported=$(sed -n 's/^ready pid=\([0-9]*\).*/\1/p' "$tmp/live.out")
     check "hzrun execs the command (same pid)" test "$reported" = "$p"
-    seg=/dev/shm/hakozuna.$p
-    check "segment $seg exists" test -f "$seg"
-    check "segment is mode 0600" test "$(stat -c %a "$seg" 2>/dev/null)" = 600
+    seg=$(seg_path "$p")
+    check "segment $seg exists" test -n "$seg" -a -f "$seg"
+    check "segment is mode 0600" test "$(stat -L -c %a "$seg" 2>/dev/null)" = 600
+    if $root; then
+        check "  a root process's segment has no name in /dev/shm" test ! -e "/dev/shm/hakozuna.$p"
+    fi
 
     "$HZSTAT" -j "$p" >"$tmp/j" 2>"$tmp/e"
     expect_rc "hzstat -j PID" 0 $?
@@ -320,13 +337,21 @@ if start_prog live --stats; then
 
     stop_prog "$p"
     expect_rc "stats_prog exits normally" 0 $?
-    check "segment removed at exit" test ! -e "$seg"
+    check "segment removed at exit" test ! -e "$seg" -a ! -e "/dev/shm/hakozuna.$p"
 else
     fail "stats_prog (--stats) did not start"
 fi
 
 # -------------------------------------------------------------- stale
-if start_prog killed --stats; then
+if $root && start_prog killed --stats; then
+    # A root process's segment has no name: nothing remains, even after kill -9.
+    p=$prog_pid
+    kill -9 "$p"
+    wait "$p" 2>/dev/null
+    check "root: after kill -9 nothing remains" test ! -e "/dev/shm/hakozuna.$p"
+    "$HZSTAT" "$p" >/dev/null 2>"$tmp/e"
+    expect_rc "root: hzstat on the killed process" 3 $?
+elif ! $root && start_prog killed --stats; then
     p=$prog_pid
     seg=/dev/shm/hakozuna.$p
     kill -9 "$p"

@@ -295,11 +295,17 @@ while not os.path.exists(sys.argv[1]):
     fi
     pid=$!
     i=0
-    while [ ! -e "/dev/shm/hakozuna.$pid" ] && [ $i -lt 100 ]; do
+    # Its segment: /dev/shm/hakozuna.PID, or (a root process, which removes the name
+    # at once) a mapping of that name "(deleted)".
+    published() {
+        [ -e "/dev/shm/hakozuna.$pid" ] ||
+            grep -q " /dev/shm/hakozuna\.$pid (deleted)\$" "/proc/$pid/maps" 2>/dev/null
+    }
+    while ! published && [ $i -lt 100 ]; do
         sleep 0.1
         i=$((i + 1))
     done
-    check "hzrun --stats: the process publishes /dev/shm/hakozuna.$pid" test -e "/dev/shm/hakozuna.$pid"
+    check "hzrun --stats: the process publishes its segment (hakozuna.$pid)" published
     # The command may exec through wrappers (a pyenv shim, a shell) before it settles,
     # each image publishing afresh: give it a few seconds to be read as live.
     i=0

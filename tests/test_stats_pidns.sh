@@ -5,9 +5,11 @@
 # collects its segment.
 #
 # stats_prog runs as pid 1 of a new PID namespace (unshare --pid --fork), where its
-# pid collides with init's here.  Needs HZ_TOOLS_DIR and HZ_STATS_PROG as
+# pid collides with init's here, and as nobody: a root process removes the name of
+# its segment at once (src/shm.c), so only a process that cannot change its user id
+# leaves one behind when killed.  Needs HZ_TOOLS_DIR and HZ_STATS_PROG as
 # test_hzstat.sh does.  Skips (77) without /dev/shm, or when unshare is missing or
-# not permitted (not root).
+# not permitted (not root), or setpriv cannot run the program as nobody.
 
 set -u
 
@@ -27,9 +29,15 @@ if ! command -v unshare >/dev/null 2>&1 || ! unshare --pid --fork true 2>/dev/nu
     echo "SKIP: unshare --pid --fork is not available or not permitted here"
     exit 77
 fi
+if ! command -v setpriv >/dev/null 2>&1 ||
+    ! setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$prog"; then
+    echo "SKIP: cannot run stats_prog as nobody (setpriv missing, or the build not readable)"
+    exit 77
+fi
 unset HAKOZUNA_STATS
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hz-pidns.XXXXXX") || exit 1
+chmod 755 "$tmp"
 upid=
 cleanup() {
     touch "$tmp/go" 2>/dev/null
@@ -45,9 +53,10 @@ segment_of() {
     sed -n 's|.* \(/dev/shm/hakozuna\.[^ ]*\)$|\1|p' "/proc/$1/maps" 2>/dev/null | head -n 1
 }
 
-# stats_prog as pid 1 of a new PID namespace, the library preloaded (LD_PRELOAD
-# passes through unshare and env).
-unshare --pid --fork env HAKOZUNA_STATS=1 "$prog" "$tmp/go" 2 200 3000 >"$tmp/out" 2>"$tmp/err" &
+# stats_prog as pid 1 of a new PID namespace, as nobody, the library preloaded
+# (LD_PRELOAD passes through unshare, setpriv and env).
+unshare --pid --fork setpriv --reuid=65534 --regid=65534 --clear-groups \
+    env HAKOZUNA_STATS=1 "$prog" "$tmp/go" 2 200 3000 >"$tmp/out" 2>"$tmp/err" &
 upid=$!
 i=0
 while ! grep -q '^ready' "$tmp/out" 2>/dev/null; do

@@ -4,7 +4,8 @@
  * publish in /dev/shm/hakozuna.[<ns>.]<pid>; see include/hakozuna_shm.h for the layout
  * and naming, docs/OBSERVABILITY.md for the tool.  It links nothing of the allocator.
  * PIDs are those of hzstat's own PID namespace; segments of other namespaces are left
- * alone unless --gc can prove their process gone.
+ * alone unless --gc can prove their process gone.  Segments without a name (of
+ * processes that may change their user id) are found through /proc/PID/maps.
  *
  *   hzstat                      list processes that publish stats
  *   hzstat [-j] [-c] PID        one snapshot (text, or one JSON object)
@@ -357,6 +358,7 @@ static const char *liveness_text[] = {
 struct seg {
     long pid;
     uint64_t ns;            /* PID namespace of pid */
+    bool unnamed;           /* its name is gone: opened through /proc/PID/map_files */
     char path[sizeof HZ_SHM_DIR + sizeof HZ_SHM_FILE_PREFIX + 48];
     int fd;
     int err;                /* errno of the failing step */
@@ -374,6 +376,37 @@ static void seg_close(struct seg *g) {
     g->fd = -1;
 }
 
+/* The segment of a process that may change its user id has no name (src/shm.c): open
+ * it through its mapping, the line of /proc/PID/maps that names it "(deleted)", as
+ * /proc/PID/map_files/START-END (which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE).
+ * A descriptor, or -1 with errno (ENOENT: PID maps no such segment; EACCES: its maps
+ * is not readable; EPERM: it is, but the mapping cannot be opened). */
+static int open_unnamed(long pid, const char *name) {
+    char path[64], line[4096], want[256];
+    snprintf(path, sizeof path, "/proc/%ld/maps", pid);
+    snprintf(want, sizeof want, " %s (deleted)\n", name);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return errno == ESRCH ? (errno = ENOENT, -1) : -1;
+    unsigned long lo = 0, hi = 0;
+    bool found = false;
+    size_t wl = strlen(want);
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        size_t len = strlen(line);
+        if (len >= wl && strcmp(line + len - wl, want) == 0 &&
+            sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+            found = true;
+    }
+    fclose(f);
+    if (!found) {
+        errno = ENOENT;
+        return -1;
+    }
+    snprintf(path, sizeof path, "/proc/%ld/map_files/%lx-%lx", pid, lo, hi);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == EACCES) errno = EPERM; /* EACCES: its maps were unreadable */
+    return fd;
+}
+
 /* Open and check the segment of PID in namespace ns (include/hakozuna_shm.h names
  * it); on SEG_OK it is mapped. */
 static enum seg_status seg_open_ns(struct seg *g, long pid, uint64_t ns) {
@@ -387,6 +420,10 @@ static enum seg_status seg_open_ns(struct seg *g, long pid, uint64_t ns) {
         snprintf(g->path, sizeof g->path, "%s/%s%" PRIu64 ".%ld", HZ_SHM_DIR, HZ_SHM_FILE_PREFIX,
                  ns, pid);
     g->fd = open(g->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (g->fd < 0 && errno == ENOENT && ns == own_ns) {
+        g->fd = open_unnamed(pid, g->path);
+        if (g->fd >= 0 || errno != ENOENT) g->unnamed = true;
+    }
     if (g->fd < 0) {
         g->err = errno;
         if (errno == ENOENT) return SEG_NOENT;
@@ -491,9 +528,19 @@ static int report_open_failure(struct seg *g, enum seg_status st) {
         msg("no such process: %ld", g->pid);
         return EXIT_NOPROC;
     case SEG_PERM:
-        msg("permission denied: %s (it belongs to the user the process runs as; run "
-            "hzstat as that user or as root)",
-            g->path);
+        if (g->unnamed && g->err == EPERM)
+            msg("permission denied: %s of process %ld has no name (the process may change "
+                "its user id) and is reachable only through /proc/%ld/map_files: run hzstat "
+                "as root (with CAP_SYS_ADMIN)",
+                g->path, g->pid, g->pid);
+        else if (g->unnamed)
+            msg("permission denied: there is no %s, and process %ld's memory map, where a "
+                "segment without a name would show, is not readable: run hzstat as root",
+                g->path, g->pid);
+        else
+            msg("permission denied: %s (it belongs to the user the process runs as; run "
+                "hzstat as that user or as root)",
+                g->path);
         return EXIT_PERM;
     case SEG_VERSION:
         if ((lv = seg_liveness(g, true, false)) != ALIVE) return report_stale(g, lv);
@@ -987,6 +1034,11 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
 
 /* --------------------------------------------------------------- list / gc */
 
+static int pid_cmp(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
 struct named {
     uint64_t ns; /* PID namespace named by the file */
     long pid;
@@ -1060,6 +1112,38 @@ static long list_pids(long **out) {
     for (long i = 0; i < n; i++)
         if (v[i].ns == own_ns) p[k++] = v[i].pid;
     free(v);
+    /* Segments without a name (src/shm.c): in the maps of the processes we may read. */
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    char prefix[64];
+    if (own_ns == HZ_SHM_INIT_PID_NS) snprintf(prefix, sizeof prefix, " %s/%s", HZ_SHM_DIR, HZ_SHM_FILE_PREFIX);
+    else snprintf(prefix, sizeof prefix, " %s/%s%" PRIu64 ".", HZ_SHM_DIR, HZ_SHM_FILE_PREFIX, own_ns);
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        uint64_t pid;
+        if (!parse_dec(e->d_name, strlen(e->d_name), 10, &pid)) continue;
+        char path[64], line[4096], want[128];
+        snprintf(path, sizeof path, "/proc/%s/maps", e->d_name);
+        snprintf(want, sizeof want, "%s%s (deleted)\n", prefix, e->d_name);
+        FILE *f = fopen(path, "re");
+        if (f == NULL) continue;
+        bool found = false;
+        size_t wl = strlen(want);
+        while (!found && fgets(line, sizeof line, f) != NULL) {
+            size_t len = strlen(line);
+            found = len >= wl && strcmp(line + len - wl, want) == 0;
+        }
+        fclose(f);
+        if (!found) continue;
+        bool dup = false;
+        for (long i = 0; i < k && !dup; i++) dup = p[i] == (long)pid;
+        if (dup) continue;
+        long *np = realloc(p, (size_t)(k + 1) * sizeof *p);
+        if (np == NULL) break;
+        p = np;
+        p[k++] = (long)pid;
+    }
+    if (d != NULL) closedir(d);
+    if (k) qsort(p, (size_t)k, sizeof *p, pid_cmp);
     *out = p;
     return k;
 }
