@@ -345,8 +345,7 @@ static bool shm_create(void) {
     }
     s = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (s == MAP_FAILED) goto fail;
-    close(fd); /* the mapping is all we keep */
-    fd = -1;
+    close(fd); /* the mapping is all we keep; no failure below */
 
     /* A fresh object reads as zero: fill in everything but the magic. */
     s->layout_version = HZ_SHM_LAYOUT_VERSION;
