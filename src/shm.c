@@ -2,7 +2,9 @@
  *
  * Off unless the environment holds exactly HAKOZUNA_STATS=1 when the library's
  * constructor runs (and never in secure-execution mode: setuid/setgid programs and
- * file capabilities).  When on, the constructor creates the segment (its name is
+ * file capabilities).  Any other value but "0" and "" is taken for a typo: the
+ * constructor says so in one line on stderr and stats stay off (in secure-execution
+ * mode the environment is not even read, so nothing is said).  When on, the constructor creates the segment (its name is
  * below; include/hakozuna_shm.h describes its layout) and the allocator's slow paths
  * republish the merged counters there at most every HZ_SHM_PUBLISH_MS, one thread at
  * a time, under a seqlock; the destructor publishes a last time and removes it.
@@ -14,7 +16,8 @@
  * Like the rest of the core this never allocates, never uses stdio, getenv or dlsym:
  * the environment is read through `environ` and files through raw system calls.  Any
  * failure (no /dev/shm, no /proc, no space, a name taken by someone else) leaves the
- * process running without stats, silently.
+ * process running without stats, silently; only a value of HAKOZUNA_STATS it does
+ * not understand is reported.
  *
  * Names: a pid means nothing outside its PID namespace, and containers may share
  * /dev/shm while each has its own.  A process of the initial PID namespace publishes
@@ -120,16 +123,35 @@ static uint64_t clock_ns(clockid_t id) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* HAKOZUNA_STATS as getenv would see it: the first entry decides. */
-static bool env_wants_stats(void) {
+/* HAKOZUNA_STATS as getenv would see it: the first entry decides.  Its value, or
+ * NULL when the variable is unset. */
+static const char *env_stats_value(void) {
     static const char key[] = HZ_SHM_ENV "=";
     char **env = environ;
-    if (env == NULL) return false;
+    if (env == NULL) return NULL;
     for (; *env != NULL; env++) {
-        if (strncmp(*env, key, sizeof key - 1) == 0)
-            return strcmp(*env, HZ_SHM_ENV_ON) == 0;
+        if (strncmp(*env, key, sizeof key - 1) == 0) return *env + sizeof key - 1;
     }
-    return false;
+    return NULL;
+}
+
+/* A value other than "1", "0" or empty is a typo ("yes", "true", "on"): say so
+ * once on stderr rather than leave the operator guessing why hzstat finds no
+ * segment.  The value is the environment's, so it is cut and its control bytes
+ * shown as '?'. */
+static void warn_stats_value(const char *v) {
+    enum { SHOWN = 40 };
+    char shown[SHOWN + 4];
+    size_t n = 0;
+    for (; v[n] != '\0' && n < SHOWN; n++)
+        shown[n] = (unsigned char)v[n] < 0x20 || v[n] == 0x7f ? '?' : v[n];
+    if (v[n] != '\0') shown[n++] = '.', shown[n++] = '.', shown[n++] = '.';
+    shown[n] = '\0';
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, "hakozuna: " HZ_SHM_ENV "=");
+    hz_line_str(&l, shown);
+    hz_line_str(&l, " not understood (use 1 or 0); stats stay off");
+    hz_os_write_err(hz_line_end(&l));
 }
 
 /* Field 22 of /proc/self/stat: start time in clock ticks since boot (0 if unknown). */
@@ -394,7 +416,11 @@ static void shm_atfork_child(void) {
 void hz_shm_start(void) {
     if (atomic_exchange(&shm_started, 1)) return;
     if (getauxval(AT_SECURE) != 0) return; /* setuid & co.: not even the environment */
-    if (!env_wants_stats()) return;
+    const char *v = env_stats_value();
+    if (v == NULL || strcmp(v, "1") != 0) {
+        if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0) warn_stats_value(v);
+        return;
+    }
     if (!shm_create()) return;
     pthread_atfork(NULL, NULL, shm_atfork_child);
     atomic_store_explicit(&next_publish_ms, hz_os_now_ms() + HZ_SHM_PUBLISH_MS,
