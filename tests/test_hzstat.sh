@@ -342,6 +342,45 @@ else
     fail "stats_prog (--stats) did not start"
 fi
 
+# ------------------------------------------ a name that is not UTF-8
+# Process names are bytes: a byte 0xff and a tab must still give valid JSON
+# (U+FFFD and \t) and valid Prometheus label values, and no raw tab in the text.
+if command -v python3 >/dev/null 2>&1; then
+    odd=$tmp/$(printf 'st\377a\tb')
+    cp "$prog" "$odd"
+    saved_prog=$prog
+    prog=$odd
+    if start_prog oddname --stats; then
+        p=$prog_pid
+        "$HZSTAT" -j "$p" >"$tmp/oj" 2>"$tmp/e"
+        expect_rc "hzstat -j PID (name with 0xff and a tab)" 0 $?
+        check "  python3 -m json.tool accepts it" python3 -m json.tool "$tmp/oj" >/dev/null
+        check "  comm reads st\ufffda\tb" python3 -c '
+import json, sys
+sys.exit(json.load(open(sys.argv[1]))["comm"] != "st\ufffda\tb")' "$tmp/oj"
+        "$HZSTAT" -j >"$tmp/olj" 2>"$tmp/e"
+        check "  JSON list: every line is valid JSON" python3 -c '
+import json, sys
+for line in open(sys.argv[1], "rb"):
+    json.loads(line.decode("utf-8"))' "$tmp/olj"
+        "$HZSTAT" -j -i 0.2 -n 1 "$p" >"$tmp/oij" 2>"$tmp/e"
+        check "  -j -i: valid JSON" python3 -m json.tool "$tmp/oij" >/dev/null
+        "$HZSTAT" --prometheus "$p" >"$tmp/oprom" 2>"$tmp/e"
+        check "  --prometheus: valid UTF-8, U+FFFD in the label" python3 -c '
+import sys
+t = open(sys.argv[1], "rb").read().decode("utf-8")
+sys.exit("comm=\"st\ufffda\tb\"" not in t)' "$tmp/oprom"
+        "$HZSTAT" "$p" >"$tmp/ot" 2>"$tmp/e"
+        check "  text snapshot: no raw tab in the name" env LC_ALL=C grep -q "^process $p (st.a?b)" "$tmp/ot"
+        stop_prog "$p"
+    else
+        fail "stats_prog under an odd name did not start"
+    fi
+    prog=$saved_prog
+else
+    skip "name with 0xff and a tab: no python3 to check the JSON"
+fi
+
 # -------------------------------------------------------------- stale
 if $root && start_prog killed --stats; then
     # A root process's segment has no name: nothing remains, even after kill -9.

@@ -199,14 +199,48 @@ static const char *human_duration(double s, char *buf, size_t cap) {
     return buf;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), 0 if there is none. */
+static size_t utf8_len(const unsigned char *p) {
+    if (p[0] < 0x80) return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) n = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3;
+        if (p[0] == 0xe0) lo = 0xa0;      /* overlong */
+        else if (p[0] == 0xed) hi = 0x9f; /* surrogates */
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4;
+        if (p[0] == 0xf0) lo = 0x90;      /* overlong */
+        else if (p[0] == 0xf4) hi = 0x8f; /* above U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+    return n;
+}
+
+/* A JSON string: valid JSON for any bytes.  Control characters are escaped, and a
+ * byte that does not begin a well-formed UTF-8 sequence (process names are bytes,
+ * and /proc/PID/comm may cut a character in two) becomes U+FFFD. */
 static void json_string(FILE *out, const char *s) {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t n = utf8_len(p);
+        if (n == 0) {
+            fputs("\\ufffd", out);
+            p++;
+            continue;
+        }
         if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
         else if (*p == '\n') fputs("\\n", out);
         else if (*p == '\t') fputs("\\t", out);
         else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
+        else fwrite(p, 1, n, out);
+        p += n;
     }
     fputc('"', out);
 }
@@ -219,6 +253,14 @@ static void field_str(char *dst, size_t cap, const char *src, size_t srccap) {
     dst[n] = '\0';
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)dst[i] < 0x20) dst[i] = '?';
+}
+
+/* For the text views: control bytes of a process name (a tab, a terminal escape)
+ * shown as '?'. */
+static char *text_safe(char *s) {
+    for (char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    return s;
 }
 
 /* Entries of classes[] to look at. */
@@ -583,7 +625,7 @@ static void print_text(const struct seg *g, bool classes) {
     double age = s->counters.last_publish_mono_ns
                      ? (double)(now_ns(CLOCK_MONOTONIC) - s->counters.last_publish_mono_ns) / 1e9
                      : 0;
-    printf("process %ld (%s): %s\n", g->pid, comm, version);
+    printf("process %ld (%s): %s\n", g->pid, text_safe(comm), version);
     printf("  %-24s %s\n", "uptime", human_duration(uptime_of(s), b1, sizeof b1));
     printf("  %-24s %s ago (%" PRIu64 " updates)%s\n", "last published",
            human_duration(age, b2, sizeof b2), s->counters.publishes,
@@ -747,13 +789,21 @@ struct prom_proc {
     struct hz_shm_segment snap;
 };
 
-/* A label value: backslash, double quote and newline escaped. */
+/* A label value: backslash, double quote and newline escaped, bytes that are not
+ * UTF-8 replaced by U+FFFD. */
 static void prom_label_value(FILE *out, const char *v) {
     fputc('"', out);
-    for (; *v; v++) {
-        if (*v == '\\' || *v == '"') fprintf(out, "\\%c", *v);
-        else if (*v == '\n') fputs("\\n", out);
-        else fputc(*v, out);
+    for (const unsigned char *p = (const unsigned char *)v; *p;) {
+        size_t n = utf8_len(p);
+        if (n == 0) {
+            fputs("\xef\xbf\xbd", out); /* U+FFFD: label values must be UTF-8 */
+            p++;
+            continue;
+        }
+        if (*p == '\\' || *p == '"') fprintf(out, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", out);
+        else fwrite(p, 1, n, out);
+        p += n;
     }
     fputc('"', out);
 }
@@ -1260,13 +1310,13 @@ static int cmd_list(bool json) {
             }
             printf("}\n");
         } else if (have) {
-            printf("%-8ld %-16s %-10s %9s %12s %12s %7" PRIu64 "  %s\n", pids[i], comm, variant,
+            printf("%-8ld %-16s %-10s %9s %12s %12s %7" PRIu64 "  %s\n", pids[i], text_safe(comm), variant,
                    human_duration(uptime_of(&g.snap), b1, sizeof b1),
                    human_bytes(g.snap.counters.bytes_in_use, b2, sizeof b2),
                    human_bytes(g.snap.counters.bytes_mapped, b3, sizeof b3),
                    g.snap.counters.threads_live, state);
         } else {
-            printf("%-8ld %-16s %-10s %9s %12s %12s %7s  %s\n", pids[i], comm, variant, "-", "-",
+            printf("%-8ld %-16s %-10s %9s %12s %12s %7s  %s\n", pids[i], text_safe(comm), variant, "-", "-",
                    "-", "-", state);
         }
         seg_close(&g);
