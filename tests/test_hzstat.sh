@@ -342,6 +342,46 @@ else
     fail "stats_prog (--stats) did not start"
 fi
 
+# ------------------------------------------- units of byte columns in -i
+# A process that keeps allocating (and so publishing): the purged/s rate and the
+# in-use and mapped columns are in B/KiB/MiB/... with one decimal and no space, so
+# that the columns stay whitespace-separated; JSON keeps raw numbers.
+if command -v python3 >/dev/null 2>&1; then
+    "$HZRUN" -v "$variant" --stats -- python3 -c '
+import time
+while True:
+    b = [bytearray(100000) for _ in range(300)]
+    del b
+    c = bytearray(40 << 20)
+    del c
+    time.sleep(0.1)' >/dev/null 2>"$tmp/churn.err" &
+    p=$!
+    pids="$pids $p"
+    i=0
+    while [ ! -e "/dev/shm/hakozuna.$p" ] && [ -z "$(seg_path "$p")" ] && [ $i -lt 100 ]; do
+        i=$((i + 1))
+        sleep 0.1
+    done
+    sleep 0.5
+    "$HZSTAT" -i 0.4 -n 4 "$p" >"$tmp/ci" 2>"$tmp/e"
+    expect_rc "hzstat -i 0.4 -n 4 on a busy process" 0 $?
+    sed 's/^/    /' "$tmp/ci"
+    unit='([0-9]+B|[0-9]+\.[0-9][KMGTPE]iB)'
+    check "  every line has 11 columns" test "$(awk 'NF != 11' "$tmp/ci" | wc -l)" -eq 0
+    check "  purged/s, in-use and mapped carry units" test \
+        "$(awk 'NR > 1' "$tmp/ci" | grep -Ecv "^[0-9:]+ +[-0-9]+ +[-0-9]+ +(-|$unit) +[-0-9]+ +[-0-9]+ +[-0-9]+ +[-0-9]+ +$unit +$unit +[0-9]+\$")" -eq 0
+    check "  some interval has a purged/s value" test \
+        "$(awk 'NR > 1 && $4 != "-"' "$tmp/ci" | wc -l)" -gt 0
+    "$HZSTAT" -j -i 0.4 -n 2 "$p" >"$tmp/cij" 2>"$tmp/e"
+    check "  JSON: raw numbers (\"bytes_purged_per_s\":N.N, \"bytes_in_use\":N)" \
+        grep -Eq '"bytes_purged_per_s":[0-9]+\.[0-9],.*"bytes_in_use":[0-9]+,' "$tmp/cij"
+    kill "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+    rm -f "/dev/shm/hakozuna.$p" # killed: its segment stays behind
+else
+    skip "units of byte columns: no python3 for a busy process"
+fi
+
 # ------------------------------------------ a name that is not UTF-8
 # Process names are bytes: a byte 0xff and a tab must still give valid JSON
 # (U+FFFD and \t) and valid Prometheus label values, and no raw tab in the text.

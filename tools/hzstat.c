@@ -991,16 +991,18 @@ static void print_rate_header(void) {
     printf(" %10s %10s %7s\n", "in-use", "mapped", "threads");
 }
 
-static const char *short_bytes(uint64_t v, char *buf, size_t cap) {
-    static const char units[] = "BKMGTP";
-    double d = (double)v;
+/* A byte count or rate in the -i table: B, KiB, MiB... with one decimal (whole
+ * bytes below 1 KiB), no space, so that the columns stay whitespace-separated. */
+static const char *short_bytes(double v, char *buf, size_t cap) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     unsigned u = 0;
-    while (d >= 1024.0 && u + 1 < sizeof units - 1) {
-        d /= 1024.0;
+    if (!(v >= 0)) v = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+        v /= 1024.0;
         u++;
     }
-    if (u == 0) snprintf(buf, cap, "%" PRIu64, v);
-    else snprintf(buf, cap, "%.1f%ci", d, units[u]);
+    if (u == 0) snprintf(buf, cap, "%.0fB", v);
+    else snprintf(buf, cap, "%.1f%s", v, units[u]);
     return buf;
 }
 
@@ -1056,7 +1058,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
             if (classes) json_classes(&g.snap);
             printf("}\n");
         } else {
-            char tbuf[16], b1[16], b2[16];
+            char tbuf[16], b1[24], b2[24];
             time_t t = time(NULL);
             struct tm tm;
             localtime_r(&t, &tm);
@@ -1066,11 +1068,14 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
             for (size_t i = 0; i < NFIELDS; i++) {
                 const struct field *f = &fields[i];
                 if (!f->rate) continue;
-                if (dt > 0) printf(" %11.0f", (double)(get(c, f) - get(p, f)) / dt);
-                else printf(" %11s", "-"); /* nothing published in this interval */
+                double r = dt > 0 ? (double)(get(c, f) - get(p, f)) / dt : 0;
+                if (dt <= 0) printf(" %11s", "-"); /* nothing published in this interval */
+                else if (f->kind == K_BYTES) printf(" %11s", short_bytes(r, b1, sizeof b1));
+                else printf(" %11.0f", r);
             }
-            printf(" %10s %10s %7" PRIu64 "\n", short_bytes(c->bytes_in_use, b1, sizeof b1),
-                   short_bytes(c->bytes_mapped, b2, sizeof b2), c->threads_live);
+            printf(" %10s %10s %7" PRIu64 "\n",
+                   short_bytes((double)c->bytes_in_use, b1, sizeof b1),
+                   short_bytes((double)c->bytes_mapped, b2, sizeof b2), c->threads_live);
             lines++;
         }
         fflush(stdout);
