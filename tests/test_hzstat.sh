@@ -151,13 +151,18 @@ check "--help documents the exit statuses" grep -q 'Exit status' "$tmp/h"
 
 for args in "-x" "abc" "-i 0 1" "-i x 1" "-n" "-n 0 1" "1 2" "--gc 1" "-c" "-i 1" "--bogus" "0" \
     "-1" "-1 -j 1" "-1 -i 1 1" "-o f 1" "--prometheus -j" "--prometheus -1 1" \
-    "--prometheus abc" "--prometheus -o" "--gc --prometheus"; do
+    "--prometheus abc" "--prometheus -o" "--gc --prometheus" "-f bogus 1" "-f mallocs,bogus 1" \
+    "-f , 1" "-f mallocs" "-f" "--prometheus -f mallocs 1" "--gc -f mallocs"; do
     # shellcheck disable=SC2086
     "$HZSTAT" $args >/dev/null 2>"$tmp/e"
     rc=$?
     expect_rc "bad arguments: hzstat $args" 2 $rc
 done
 check "bad arguments print a usage line" grep -q '^Usage' "$tmp/e"
+"$HZSTAT" -f mallocs -f 'no_such*' 1 >/dev/null 2>"$tmp/e"
+expect_rc "hzstat -f with a glob that matches nothing" 2 $?
+check "  names it" grep -q "unknown field 'no_such\*'" "$tmp/e"
+check "  and lists the fields" grep -q '^Fields: mallocs frees ' "$tmp/e"
 
 # ------------------------------------------------ no process, no segment
 pid_max=$(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 4194304)
@@ -261,6 +266,33 @@ if start_prog live --stats; then
     "$HZSTAT" -1 -c "$p" >"$tmp/onec" 2>"$tmp/e"
     expect_rc "hzstat -1 -c PID" 0 $?
     check "  per-class lines" grep -Eq '^class\.[0-9]+\.mallocs +[0-9]+  Allocations of class' "$tmp/onec"
+
+    # -f: only the named counters, in every view.
+    "$HZSTAT" -1 -f remote_frees_sent,mallocs "$p" >"$tmp/f1" 2>"$tmp/e"
+    expect_rc "hzstat -1 -f remote_frees_sent,mallocs PID" 0 $?
+    check "  exactly those two lines, in the usual order" test \
+        "$(awk '{ print $1 }' "$tmp/f1" | tr '\n' ' ')" = "mallocs remote_frees_sent "
+    "$HZSTAT" -1 -f 'bytes_*' -f threads_live "$p" >"$tmp/f2" 2>"$tmp/e"
+    expect_rc "hzstat -1 -f 'bytes_*' -f threads_live PID (glob, repeated)" 0 $?
+    check "  the four bytes_ counters and threads_live" test \
+        "$(awk '{ print $1 }' "$tmp/f2" | tr '\n' ' ')" = "bytes_in_use bytes_mapped bytes_purged bytes_unmapped threads_live "
+    "$HZSTAT" -1 -f '*' "$p" >"$tmp/f3" 2>"$tmp/e"
+    check "  -f '*': every counter, as -1 alone" test "$(wc -l <"$tmp/f3")" -eq "$(wc -l <"$tmp/one")"
+    "$HZSTAT" -j -f mallocs,threads_live "$p" >"$tmp/fj" 2>"$tmp/e"
+    expect_rc "hzstat -j -f mallocs,threads_live PID" 0 $?
+    check "  counters holds just those two" grep -Eq '"counters":\{"mallocs":[0-9]+,"threads_live":[0-9]+\}' "$tmp/fj"
+    "$HZSTAT" -f remote_frees_sent "$p" >"$tmp/ft" 2>"$tmp/e"
+    expect_rc "hzstat -f remote_frees_sent PID (text)" 0 $?
+    check "  shows remote frees sent" grep -Eq '^  remote frees sent +[0-9]+$' "$tmp/ft"
+    check "  and no other counter" test "$(grep -Ec '^  [a-z][a-z ()]+ +[0-9]+( |$)' "$tmp/ft")" -eq 1
+    "$HZSTAT" -f mallocs,bytes_purged,bytes_in_use,foreign_frees -i 0.2 -n 2 "$p" >"$tmp/fi" 2>"$tmp/e"
+    expect_rc "hzstat -f ... -i 0.2 -n 2 PID" 0 $?
+    check "  columns: rates of the counters, then the gauge" test \
+        "$(head -n 1 "$tmp/fi" | tr -s ' ' | sed 's/^ //')" = "time mallocs/s purged/s foreign_frees/s in-use"
+    check "  every line has 5 columns" test "$(awk 'NF != 5' "$tmp/fi" | wc -l)" -eq 0
+    "$HZSTAT" -j -f mallocs -i 0.2 -n 1 "$p" >"$tmp/fij" 2>"$tmp/e"
+    expect_rc "hzstat -j -f mallocs -i 0.2 -n 1 PID" 0 $?
+    check "  rates and counters of mallocs only" grep -Eq '"rates":(null|\{"mallocs_per_s":[0-9.]+\}),"counters":\{"mallocs":[0-9]+\}\}$' "$tmp/fij"
 
     "$HZSTAT" --prometheus "$p" >"$tmp/prom" 2>"$tmp/e"
     expect_rc "hzstat --prometheus PID" 0 $?

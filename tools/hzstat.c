@@ -11,6 +11,7 @@
  *   hzstat [-j] [-c] PID        one snapshot (text, or one JSON object)
  *   hzstat -i SEC [-n N] PID    per-interval rates, like vmstat
  *   hzstat -1 [-c] PID          one line per counter, with its description
+ *   hzstat -f F[,F...] ...      only the named counters (-1, -j, -i, snapshot)
  *   hzstat --prometheus [-o FILE] [PID]  node_exporter textfile format
  *   hzstat --gc                 remove segments of processes that are gone
  */
@@ -79,6 +80,9 @@ static void usage(FILE *out) {
             "  -n, --count N       stop after N intervals (default: until the process ends)\n"
             "  -j, --json          JSON: one object per snapshot, list entry or interval\n"
             "  -c, --classes       add the per-size-class table (size, mallocs, frees, live)\n"
+            "  -f, --fields F[,F]  only these counters (names as -1 prints them; a trailing\n"
+            "                      '*' matches a prefix; repeatable), with -1, -j, -i or\n"
+            "                      a snapshot\n"
             "  -1                  one line per counter: name, value, description\n"
             "      --prometheus    node_exporter textfile format, of PID or of every live\n"
             "                      process that publishes stats\n"
@@ -110,7 +114,8 @@ static int usage_error(const char *fmt, ...) {
     vmsg(fmt, ap);
     va_end(ap);
     fprintf(stderr,
-            "Usage: %s [-j] [-c] [-1] [-i SEC [-n N]] [PID] | --prometheus [-o FILE] [PID]\n"
+            "Usage: %s [-j] [-c] [-1] [-f FIELDS] [-i SEC [-n N]] [PID]\n"
+            "       | --prometheus [-o FILE] [PID]\n"
             "       | --gc | --version | --help\n"
             "Run '%s --help' for more.\n",
             prog, prog);
@@ -170,6 +175,33 @@ static const struct field fields[] = {
 };
 #undef F
 #define NFIELDS (sizeof fields / sizeof fields[0])
+
+/* -f: the counters to show (all of them, or each view's usual ones, without -f). */
+static bool field_filter;
+static bool field_on[NFIELDS];
+
+static bool shown(size_t i) { return !field_filter || field_on[i]; }
+
+/* Select the counters named in a -f argument: names separated by commas, each
+ * exact or ending in '*' (a prefix).  Returns NULL, or the name that matched none. */
+static const char *select_fields(char *arg) {
+    field_filter = true;
+    for (char *save = NULL, *name = strtok_r(arg, ",", &save); name != NULL;
+         name = strtok_r(NULL, ",", &save)) {
+        size_t len = strlen(name);
+        bool glob = len > 0 && name[len - 1] == '*';
+        bool any = false;
+        for (size_t i = 0; i < NFIELDS; i++) {
+            if (glob ? strncmp(fields[i].name, name, len - 1) == 0
+                     : strcmp(fields[i].name, name) == 0) {
+                field_on[i] = true;
+                any = true;
+            }
+        }
+        if (!any) return name;
+    }
+    return NULL;
+}
 
 static uint64_t get(const struct hz_shm_counters *c, const struct field *f) {
     uint64_t v;
@@ -636,7 +668,10 @@ static void print_text(const struct seg *g, bool classes) {
     printf("\n");
     for (size_t i = 0; i < NFIELDS; i++) {
         const struct field *f = &fields[i];
-        if (f->offset >= offsetof(struct hz_shm_counters, publishes)) break;
+        /* The publication counters are in the header above, unless asked for. */
+        if (field_filter ? !field_on[i]
+                         : f->offset >= offsetof(struct hz_shm_counters, publishes))
+            continue;
         uint64_t v = get(&s->counters, f);
         if (f->kind == K_BYTES || f->kind == K_BYTES_GAUGE)
             printf("  %-24s %18" PRIu64 "  %s\n", f->label, v, human_bytes(v, b1, sizeof b1));
@@ -686,8 +721,12 @@ static void json_header(const struct seg *g, const char *state) {
 
 static void json_counters(const struct hz_shm_counters *c) {
     printf(",\"counters\":{");
-    for (size_t i = 0; i < NFIELDS; i++)
-        printf("%s\"%s\":%" PRIu64, i ? "," : "", fields[i].name, get(c, &fields[i]));
+    bool first = true;
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (!shown(i)) continue;
+        printf("%s\"%s\":%" PRIu64, first ? "" : ",", fields[i].name, get(c, &fields[i]));
+        first = false;
+    }
     printf("}");
 }
 
@@ -749,8 +788,9 @@ static int cmd_snapshot(long pid, bool json, bool classes) {
 static void print_oneshot(const struct seg *g, bool classes) {
     const struct hz_shm_segment *s = &g->snap;
     for (size_t i = 0; i < NFIELDS; i++)
-        printf("%-28s %20" PRIu64 "  %s\n", fields[i].name, get(&s->counters, &fields[i]),
-               fields[i].desc);
+        if (shown(i))
+            printf("%-28s %20" PRIu64 "  %s\n", fields[i].name, get(&s->counters, &fields[i]),
+                   fields[i].desc);
     if (!classes) return;
     unsigned n = class_limit(s);
     for (unsigned c = 0; c < n; c++) {
@@ -984,11 +1024,53 @@ static void sleep_seconds(double s) {
     }
 }
 
+/* The columns of the -i table: first the rates of the counters (the usual ones:
+ * those with a rate heading), then the current values of the gauges (the usual
+ * ones: bytes in use and mapped, threads). */
+static bool rate_column(size_t i) {
+    const struct field *f = &fields[i];
+    if (f->kind != K_COUNT && f->kind != K_BYTES) return false;
+    return field_filter ? field_on[i] : f->rate != NULL;
+}
+static bool value_column(size_t i) {
+    const struct field *f = &fields[i];
+    if (f->kind != K_GAUGE && f->kind != K_BYTES_GAUGE) return false;
+    if (field_filter) return field_on[i];
+    return f->offset == offsetof(struct hz_shm_counters, bytes_in_use) ||
+           f->offset == offsetof(struct hz_shm_counters, bytes_mapped) ||
+           f->offset == offsetof(struct hz_shm_counters, threads_live);
+}
+/* Heading and width of column i. */
+static int column(size_t i, char *head, size_t cap) {
+    const struct field *f = &fields[i];
+    int width = 11;
+    if (rate_column(i)) {
+        if (f->rate) snprintf(head, cap, "%s", f->rate);
+        else snprintf(head, cap, "%s/s", f->name);
+    } else if (f->offset == offsetof(struct hz_shm_counters, bytes_in_use)) {
+        snprintf(head, cap, "in-use");
+        width = 10;
+    } else if (f->offset == offsetof(struct hz_shm_counters, bytes_mapped)) {
+        snprintf(head, cap, "mapped");
+        width = 10;
+    } else if (f->offset == offsetof(struct hz_shm_counters, threads_live)) {
+        snprintf(head, cap, "threads");
+        width = 7;
+    } else {
+        snprintf(head, cap, "%s", f->name);
+    }
+    int len = (int)strlen(head);
+    return len > width ? len : width;
+}
+
 static void print_rate_header(void) {
+    char head[64];
     printf("%8s", "time");
     for (size_t i = 0; i < NFIELDS; i++)
-        if (fields[i].rate) printf(" %11s", fields[i].rate);
-    printf(" %10s %10s %7s\n", "in-use", "mapped", "threads");
+        if (rate_column(i)) printf(" %*s", column(i, head, sizeof head), head);
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (value_column(i)) printf(" %*s", column(i, head, sizeof head), head);
+    printf("\n");
 }
 
 /* A byte count or rate in the -i table: B, KiB, MiB... with one decimal (whole
@@ -1046,6 +1128,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
                     const struct field *f = &fields[i];
                     if (f->kind != K_COUNT && f->kind != K_BYTES) continue;
                     if (f->offset >= offsetof(struct hz_shm_counters, publishes)) continue;
+                    if (!shown(i)) continue;
                     double r = (double)(get(c, f) - get(p, f)) / dt;
                     printf("%s\"%s_per_s\":%.1f", first ? "" : ",", f->name, r);
                     first = false;
@@ -1058,7 +1141,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
             if (classes) json_classes(&g.snap);
             printf("}\n");
         } else {
-            char tbuf[16], b1[24], b2[24];
+            char tbuf[16], b1[24], head[64];
             time_t t = time(NULL);
             struct tm tm;
             localtime_r(&t, &tm);
@@ -1067,15 +1150,23 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
             printf("%8s", tbuf);
             for (size_t i = 0; i < NFIELDS; i++) {
                 const struct field *f = &fields[i];
-                if (!f->rate) continue;
+                if (!rate_column(i)) continue;
+                int w = column(i, head, sizeof head);
                 double r = dt > 0 ? (double)(get(c, f) - get(p, f)) / dt : 0;
-                if (dt <= 0) printf(" %11s", "-"); /* nothing published in this interval */
-                else if (f->kind == K_BYTES) printf(" %11s", short_bytes(r, b1, sizeof b1));
-                else printf(" %11.0f", r);
+                if (dt <= 0) printf(" %*s", w, "-"); /* nothing published in this interval */
+                else if (f->kind == K_BYTES) printf(" %*s", w, short_bytes(r, b1, sizeof b1));
+                else printf(" %*.0f", w, r);
             }
-            printf(" %10s %10s %7" PRIu64 "\n",
-                   short_bytes((double)c->bytes_in_use, b1, sizeof b1),
-                   short_bytes((double)c->bytes_mapped, b2, sizeof b2), c->threads_live);
+            for (size_t i = 0; i < NFIELDS; i++) {
+                const struct field *f = &fields[i];
+                if (!value_column(i)) continue;
+                int w = column(i, head, sizeof head);
+                if (f->kind == K_BYTES_GAUGE)
+                    printf(" %*s", w, short_bytes((double)get(c, f), b1, sizeof b1));
+                else
+                    printf(" %*" PRIu64, w, get(c, f));
+            }
+            printf("\n");
             lines++;
         }
         fflush(stdout);
@@ -1380,6 +1471,7 @@ int main(int argc, char **argv) {
         {"count", required_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},
         {"classes", no_argument, NULL, 'c'},
+        {"fields", required_argument, NULL, 'f'},
         {"gc", no_argument, NULL, 'G'},
         {"prometheus", no_argument, NULL, 'P'},
         {"output", required_argument, NULL, 'o'},
@@ -1395,7 +1487,7 @@ int main(int argc, char **argv) {
     int c;
     opterr = 0;
     /* GNU getopt permutes: options may also follow the PID. */
-    while ((c = getopt_long(argc, argv, ":i:n:jch1o:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":i:n:jcf:h1o:", longopts, NULL)) != -1) {
         switch (c) {
         case 'i': {
             char *end;
@@ -1414,6 +1506,20 @@ int main(int argc, char **argv) {
             break;
         case 'j': json = true; break;
         case 'c': classes = true; break;
+        case 'f': {
+            if (strspn(optarg, ",") == strlen(optarg))
+                return usage_error("-f needs counter names, got '%s'", optarg);
+            const char *bad = select_fields(optarg);
+            if (bad != NULL) {
+                usage_error("unknown field '%s' (-f takes counter names as -1 prints them, "
+                            "or a prefix ending in '*')", bad);
+                fprintf(stderr, "Fields:");
+                for (size_t i = 0; i < NFIELDS; i++) fprintf(stderr, " %s", fields[i].name);
+                fprintf(stderr, "\n");
+                return EXIT_USAGE;
+            }
+            break;
+        }
         case 'G': gc = true; break;
         case '1': oneshot = true; break;
         case 'P': prometheus = true; break;
@@ -1437,13 +1543,13 @@ int main(int argc, char **argv) {
 
     if (gc) {
         if (pid_arg || have_interval || have_count || classes || json || oneshot ||
-            prometheus || output)
+            prometheus || output || field_filter)
             return usage_error("--gc takes no other argument");
         return cmd_gc();
     }
     if (output && !prometheus) return usage_error("-o goes with --prometheus");
     if (prometheus) {
-        if (have_interval || have_count || classes || json || oneshot)
+        if (have_interval || have_count || classes || json || oneshot || field_filter)
             return usage_error("--prometheus takes only -o FILE and a PID");
         if (pid_arg && !parse_long(pid_arg, 1, INT_MAX, &pid))
             return usage_error("not a process id: '%s'", pid_arg);
@@ -1452,8 +1558,8 @@ int main(int argc, char **argv) {
     if (oneshot && (have_interval || have_count || json))
         return usage_error("-1 does not go with -i, -n or -j");
     if (pid_arg == NULL) {
-        if (have_interval || have_count || classes || oneshot)
-            return usage_error("-i, -n, -c and -1 need a PID");
+        if (have_interval || have_count || classes || oneshot || field_filter)
+            return usage_error("-i, -n, -c, -f and -1 need a PID");
         return cmd_list(json);
     }
     if (!parse_long(pid_arg, 1, INT_MAX, &pid))
