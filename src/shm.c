@@ -143,9 +143,15 @@ static void warn_stats_value(const char *v) {
     enum { SHOWN = 40 };
     char shown[SHOWN + 4];
     size_t n = 0;
-    for (; v[n] != '\0' && n < SHOWN; n++)
-        shown[n] = (unsigned char)v[n] < 0x20 || v[n] == 0x7f ? '?' : v[n];
-    if (v[n] != '\0') shown[n++] = '.', shown[n++] = '.', shown[n++] = '.';
+    for (; n < SHOWN && v[n] != '\0'; n++) {
+        shown[n] = v[n];
+        if ((unsigned char)v[n] < 0x20 || v[n] == 0x7f) shown[n] = '?';
+    }
+    if (v[n] != '\0') {
+        shown[n++] = '.';
+        shown[n++] = '.';
+        shown[n++] = '.';
+    }
     shown[n] = '\0';
     hz_line_t l = {.n = 0};
     hz_line_str(&l, "hakozuna: " HZ_SHM_ENV "=");
