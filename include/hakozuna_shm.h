@@ -57,6 +57,8 @@
 /* The only environment switch: exactly this string in the environment. */
 #define HZ_SHM_ENV "HAKOZUNA_STATS"
 #define HZ_SHM_ENV_ON "HAKOZUNA_STATS=1"
+/* stderr or an absolute path: a report of the counters at exit (observability only). */
+#define HZ_SHM_ENV_EXIT "HAKOZUNA_STATS_EXIT"
 
 /* Counters are republished at most this often (milliseconds). */
 #define HZ_SHM_PUBLISH_MS 100

@@ -194,6 +194,9 @@ void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) HZ_HID
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) HZ_HIDDEN;
 uint64_t hz_os_now_ms(void) HZ_HIDDEN;
 void hz_os_write_err(const char *msg) HZ_HIDDEN;
+void hz_os_write_fd(int fd, const char *msg) HZ_HIDDEN;
+/* malloc_stats's report, written to fd. */
+void hz_stats_report(int fd) HZ_HIDDEN;
 void hz_os_yield(void) HZ_HIDDEN;
 void *hz_meta_alloc(size_t size) HZ_HIDDEN;
 /* Each global lock, and what a fork child does when the forking thread was

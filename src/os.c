@@ -219,10 +219,12 @@ uint64_t hz_os_now_ms(void) {
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-void hz_os_write_err(const char *msg) {
+void hz_os_write_err(const char *msg) { hz_os_write_fd(STDERR_FILENO, msg); }
+
+void hz_os_write_fd(int fd, const char *msg) {
     size_t n = strlen(msg);
     while (n > 0) {
-        ssize_t w = write(STDERR_FILENO, msg, n);
+        ssize_t w = write(fd, msg, n);
         if (w <= 0) {
             if (w < 0 && errno == EINTR) continue;
             return;

@@ -123,23 +123,22 @@ static uint64_t clock_ns(clockid_t id) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* HAKOZUNA_STATS as getenv would see it: the first entry decides.  Its value, or
- * NULL when the variable is unset. */
-static const char *env_stats_value(void) {
-    static const char key[] = HZ_SHM_ENV "=";
+/* The value of environment variable `name` as getenv would see it (the first entry
+ * decides), or NULL when it is unset. */
+static const char *env_value(const char *name) {
+    size_t len = strlen(name);
     char **env = environ;
     if (env == NULL) return NULL;
     for (; *env != NULL; env++) {
-        if (strncmp(*env, key, sizeof key - 1) == 0) return *env + sizeof key - 1;
+        if (strncmp(*env, name, len) == 0 && (*env)[len] == '=') return *env + len + 1;
     }
     return NULL;
 }
 
-/* A value other than "1", "0" or empty is a typo ("yes", "true", "on"): say so
- * once on stderr rather than leave the operator guessing why hzstat finds no
- * segment.  The value is the environment's, so it is cut and its control bytes
- * shown as '?'. */
-static void warn_stats_value(const char *v) {
+/* A value we do not understand is a typo ("yes", "true", "on"): say so once on
+ * stderr rather than leave the operator guessing why nothing happens.  The value is
+ * the environment's, so it is cut and its control bytes shown as '?'. */
+static void warn_env_value(const char *name, const char *v, const char *what) {
     enum { SHOWN = 40 };
     char shown[SHOWN + 4];
     size_t n = 0;
@@ -154,10 +153,47 @@ static void warn_stats_value(const char *v) {
     }
     shown[n] = '\0';
     hz_line_t l = {.n = 0};
-    hz_line_str(&l, "hakozuna: " HZ_SHM_ENV "=");
+    hz_line_str(&l, "hakozuna: ");
+    hz_line_str(&l, name);
+    hz_line_str(&l, "=");
     hz_line_str(&l, shown);
-    hz_line_str(&l, " not understood (use 1 or 0); stats stay off");
+    hz_line_str(&l, " not understood ");
+    hz_line_str(&l, what);
     hz_os_write_err(hz_line_end(&l));
+}
+
+/* ------------------------------------------------------------ exit report
+ * HAKOZUNA_STATS_EXIT=stderr, or an absolute path: every process of the program
+ * writes malloc_stats's report there when it exits (through exit(), not _exit),
+ * after a line that names it; a file is appended to, so the reports of a program
+ * and its children follow one another. */
+static char exit_report_to[256]; /* "": no report; "-": stderr; else a path */
+
+static void exit_report_setup(void) {
+    const char *v = env_value(HZ_SHM_ENV_EXIT);
+    if (v == NULL || v[0] == '\0') return;
+    if (strcmp(v, "stderr") == 0) {
+        exit_report_to[0] = '-';
+    } else if (v[0] == '/' && strlen(v) < sizeof exit_report_to) {
+        memcpy(exit_report_to, v, strlen(v) + 1);
+    } else {
+        warn_env_value(HZ_SHM_ENV_EXIT, v, "(use stderr or an absolute path); no report at exit");
+    }
+}
+
+static void exit_report(void) {
+    if (exit_report_to[0] == '\0') return;
+    int fd = STDERR_FILENO;
+    if (exit_report_to[0] != '-') {
+        fd = open(exit_report_to, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
+        if (fd < 0) return;
+    }
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, "hakozuna: report at exit of pid ");
+    hz_line_u64(&l, (uint64_t)getpid());
+    hz_os_write_fd(fd, hz_line_end(&l));
+    hz_stats_report(fd);
+    if (fd != STDERR_FILENO) close(fd);
 }
 
 /* Field 22 of /proc/self/stat: start time in clock ticks since boot (0 if unknown). */
@@ -422,9 +458,11 @@ static void shm_atfork_child(void) {
 void hz_shm_start(void) {
     if (atomic_exchange(&shm_started, 1)) return;
     if (getauxval(AT_SECURE) != 0) return; /* setuid & co.: not even the environment */
-    const char *v = env_stats_value();
+    exit_report_setup();
+    const char *v = env_value(HZ_SHM_ENV);
     if (v == NULL || strcmp(v, "1") != 0) {
-        if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0) warn_stats_value(v);
+        if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0)
+            warn_env_value(HZ_SHM_ENV, v, "(use 1 or 0); stats stay off");
         return;
     }
     if (!shm_create()) return;
@@ -459,6 +497,7 @@ static HZ_NOINLINE void tick_slow(void) {
 void hz_shm_tick_publish(void) { tick_slow(); }
 
 void hz_shm_stop(void) {
+    exit_report();
     if (atomic_load_explicit(&hz_shm_on, memory_order_acquire) == 0) return;
     while (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) hz_os_yield();
     if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) && shm != NULL &&

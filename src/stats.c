@@ -3,6 +3,7 @@
  * fast paths only bump fields of their own heap; everything here runs in the reader. */
 #include <errno.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "hakozuna.h"
@@ -100,13 +101,13 @@ struct mallinfo2 hz_mallinfo2_impl(void) {
 
 /* ------------------------------------------------ malloc_stats, malloc_info */
 /* One figure of malloc_stats, in glibc's "system bytes     = %10u" columns. */
-static void stats_line(const char *name, uint64_t v) {
+static void stats_line(int fd, const char *name, uint64_t v) {
     hz_line_t l = {.n = 0};
     hz_line_str(&l, name);
     for (size_t i = strlen(name); i < 17; i++) hz_line_str(&l, " ");
     hz_line_str(&l, "= ");
     hz_line_u64_width(&l, v, 10);
-    hz_os_write_err(hz_line_end(&l));
+    hz_os_write_fd(fd, hz_line_end(&l));
 }
 
 static uint64_t large_blocks(void) {
@@ -116,28 +117,30 @@ static uint64_t large_blocks(void) {
 /* glibc prints one section per arena, then the totals.  hakozuna's per-thread heaps
  * are not arenas a caller could act on, so only the totals are printed: glibc's
  * "system bytes" and "in use bytes" under its "Total (incl. mmap):" heading, then
- * hakozuna's own counters.  Written to stderr with write(2), as glibc writes to
- * stderr, but without stdio or malloc: formatted in a buffer on the stack. */
-void hz_malloc_stats_impl(void) {
+ * hakozuna's own counters.  Written to fd (malloc_stats: stderr, as glibc's) with
+ * write(2), without stdio or malloc: formatted in a buffer on the stack. */
+void hz_stats_report(int fd) {
     hz_stats_snapshot_t m;
     hz_stats_snapshot(&m);
     const struct hz_stats *s = &m.totals;
-    hz_os_write_err(HZ_VERSION_TEXT ":\nTotal (incl. mmap):\n");
-    stats_line("system bytes", s->bytes_mapped);
-    stats_line("in use bytes", s->bytes_in_use);
-    stats_line("committed bytes", LOAD(hz_gstats.bytes_committed));
-    stats_line("mallocs", s->mallocs);
-    stats_line("frees", s->frees);
-    stats_line("large blocks", large_blocks());
-    stats_line("large bytes", LOAD(hz_gstats.large_bytes));
-    stats_line("purged bytes", s->bytes_purged);
-    stats_line("unmapped bytes", s->bytes_unmapped);
-    stats_line("segments", s->segments_mapped);
-    stats_line("threads live", s->threads_live);
-    stats_line("heaps created", s->heaps_created);
-    stats_line("remote frees", s->remote_frees_sent);
-    stats_line("foreign frees", s->foreign_frees);
+    hz_os_write_fd(fd, HZ_VERSION_TEXT ":\nTotal (incl. mmap):\n");
+    stats_line(fd, "system bytes", s->bytes_mapped);
+    stats_line(fd, "in use bytes", s->bytes_in_use);
+    stats_line(fd, "committed bytes", LOAD(hz_gstats.bytes_committed));
+    stats_line(fd, "mallocs", s->mallocs);
+    stats_line(fd, "frees", s->frees);
+    stats_line(fd, "large blocks", large_blocks());
+    stats_line(fd, "large bytes", LOAD(hz_gstats.large_bytes));
+    stats_line(fd, "purged bytes", s->bytes_purged);
+    stats_line(fd, "unmapped bytes", s->bytes_unmapped);
+    stats_line(fd, "segments", s->segments_mapped);
+    stats_line(fd, "threads live", s->threads_live);
+    stats_line(fd, "heaps created", s->heaps_created);
+    stats_line(fd, "remote frees", s->remote_frees_sent);
+    stats_line(fd, "foreign frees", s->foreign_frees);
 }
+
+void hz_malloc_stats_impl(void) { hz_stats_report(STDERR_FILENO); }
 
 /* One XML element of n attributes: <name a0="v0" a1="v1" .../>, each value the
  * string texts[i] when there is one, else the number values[i]. */
