@@ -92,24 +92,6 @@ static char shm_path[sizeof HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX + 48];
 
 /* --------------------------------------------------------------- helpers */
 
-static char *put_str(char *p, const char *s) {
-    while (*s) *p++ = *s++;
-    *p = '\0';
-    return p;
-}
-
-static char *put_u64(char *p, uint64_t v) {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0) *p++ = tmp[--n];
-    *p = '\0';
-    return p;
-}
-
 /* src into dst[cap], cut if need be, NUL-padded. */
 static void copy_str(char *dst, size_t cap, const char *src) {
     size_t i = 0;
@@ -354,12 +336,16 @@ static void publish(struct hz_shm_segment *s, bool final) {
 
 /* The segment name of pid in PID namespace ns (see the top of this file). */
 static void make_path(pid_t pid, uint64_t ns) {
-    char *p = put_str(shm_path, HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX);
+    hz_line_t l = {.n = 0};
+    hz_line_str(&l, HZ_SHM_DIR "/" HZ_SHM_FILE_PREFIX);
     if (ns != HZ_SHM_INIT_PID_NS) {
-        p = put_u64(p, ns);
-        p = put_str(p, ".");
+        hz_line_u64(&l, ns);
+        hz_line_str(&l, ".");
     }
-    put_u64(p, (uint64_t)pid);
+    hz_line_u64(&l, (uint64_t)pid);
+    size_t n = l.n < sizeof shm_path - 1 ? l.n : sizeof shm_path - 1; /* never cut */
+    memcpy(shm_path, l.buf, n);
+    shm_path[n] = '\0';
 }
 
 /* The name is taken.  Remove it if it is a leftover we may replace (see the top of
