@@ -71,17 +71,8 @@ start_prog() {
     env ${prog_env:-} "$HZRUN" -v "$variant" "$@" -- "$prog" "$tmp/go" $THREADS $BLOCKS $SIZE >"$tmp/$name.out" 2>"$tmp/$name.err" &
     prog_pid=$!
     pids="$pids $prog_pid"
-    i=0
-    while ! grep -q '^ready' "$tmp/$name.out" 2>/dev/null; do
-        i=$((i + 1))
-        if [ $i -gt 300 ] || ! kill -0 "$prog_pid" 2>/dev/null; then
-            echo "  stats_prog did not start:"
-            sed 's/^/    /' "$tmp/$name.err"
-            return 1
-        fi
-        sleep 0.1
-    done
-    return 0
+    wait_lines "$tmp/$name.out" '^ready' 1 "$prog_pid" "$tmp/$name.err" ||
+        { echo "  stats_prog did not start (above: its stderr)"; return 1; }
 }
 
 stop_prog() { # PID : let it exit normally; returns its exit status

@@ -48,26 +48,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# The segment file that process PID (a pid of this namespace) maps, if any.
-segment_of() {
-    sed -n 's|.* \(/dev/shm/hakozuna\.[^ ]*\)$|\1|p' "/proc/$1/maps" 2>/dev/null | head -n 1
-}
-
 # stats_prog as pid 1 of a new PID namespace, as nobody, the library preloaded
 # (LD_PRELOAD passes through unshare, setpriv and env).
 unshare --pid --fork setpriv --reuid=65534 --regid=65534 --clear-groups \
     env HAKOZUNA_STATS=1 "$prog" "$tmp/go" 2 200 3000 >"$tmp/out" 2>"$tmp/err" &
 upid=$!
-i=0
-while ! grep -q '^ready' "$tmp/out" 2>/dev/null; do
-    i=$((i + 1))
-    if [ $i -gt 300 ] || ! kill -0 "$upid" 2>/dev/null; then
-        echo "FAIL: stats_prog did not start in the new namespace"
-        sed 's/^/    /' "$tmp/err"
-        exit 1
-    fi
-    sleep 0.1
-done
+if ! wait_lines "$tmp/out" '^ready' 1 "$upid" "$tmp/err"; then
+    echo "FAIL: stats_prog did not start in the new namespace"
+    exit 1
+fi
 check "stats_prog is pid 1 of its namespace" grep -q '^ready pid=1 ' "$tmp/out"
 hpid=$(cat "/proc/$upid/task/$upid/children" 2>/dev/null | awk '{ print $1 }')
 check "its pid here is known ($hpid)" test -n "$hpid"

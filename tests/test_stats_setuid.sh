@@ -39,23 +39,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# The segment that process PID maps (its name, "(deleted)" if unlinked), if any.
-segment_of() {
-    sed -n 's|.* \(/dev/shm/hakozuna\.[^ ]*\).*|\1|p' "/proc/$1/maps" 2>/dev/null | head -n 1
-}
-
 HAKOZUNA_STATS=1 "$prog" "$tmp/go" >"$tmp/out" 2>"$tmp/err" &
 ppid_=$!
-i=0
-while [ "$(grep -c '^\(parent\|worker\) ' "$tmp/out" 2>/dev/null)" != 2 ]; do
-    i=$((i + 1))
-    if [ $i -gt 300 ] || ! kill -0 "$ppid_" 2>/dev/null; then
-        echo "FAIL: stats_setuid did not start"
-        sed 's/^/    /' "$tmp/err"
-        exit 1
-    fi
-    sleep 0.1
-done
+if ! wait_lines "$tmp/out" '^\(parent\|worker\) ' 2 "$ppid_" "$tmp/err"; then
+    echo "FAIL: stats_setuid did not start"
+    exit 1
+fi
 wpid=$(sed -n 's/^worker //p' "$tmp/out")
 pseg=$(segment_of "$ppid_")
 wseg=$(segment_of "$wpid")

@@ -13,6 +13,21 @@ check() { # DESCRIPTION COMMAND... : pass if COMMAND succeeds
 expect_rc() { # DESCRIPTION EXPECTED ACTUAL
     if [ "$3" -eq "$2" ]; then pass "$1 (exit $3)"; else fail "$1: exit $3, expected $2"; fi
 }
+wait_lines() { # FILE PATTERN COUNT PID ERRFILE : until FILE has COUNT lines matching
+    # PATTERN (grep's), while process PID runs, for at most 30 s; else show ERRFILE, false
+    local i=0
+    while [ "$(cat "$1" 2>/dev/null | grep -c "$2")" -lt "$3" ]; do
+        i=$((i + 1))
+        if [ $i -gt 300 ] || ! kill -0 "$4" 2>/dev/null; then
+            sed 's/^/    /' "$5"
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+segment_of() { # PID : the /dev/shm/hakozuna.* file the process maps, if any
+    sed -n 's|.* \(/dev/shm/hakozuna\.[^ ]*\).*|\1|p' "/proc/$1/maps" 2>/dev/null | head -n 1
+}
 finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
