@@ -143,8 +143,15 @@ void hz_segmap_set_owner(const void *seg, const hz_heap_t *owner) HZ_HIDDEN;
 HZ_INLINE hz_segment_t *hz_segment_of(const void *p) {
     return (hz_segment_t *)((uintptr_t)p & ~(uintptr_t)HZ_SEGMENT_MASK);
 }
+/* The bits of p above its unit's pick both the segment's slice of unit_map (its
+ * colour) and the unit within it. */
 HZ_INLINE hz_page_t *hz_page_of(const hz_segment_t *seg, const void *p) {
-    return seg->unit_page[((uintptr_t)p >> HZ_UNIT_SHIFT) & (HZ_UNITS - 1)];
+    return seg->unit_map[((uintptr_t)p >> HZ_UNIT_SHIFT) & (HZ_SEGMENT_COLOURS * HZ_UNITS - 1)];
+}
+/* seg's own unit -> page table, HZ_UNITS entries. */
+HZ_INLINE hz_page_t **hz_unit_pages(hz_segment_t *seg) {
+    size_t colour = ((uintptr_t)seg >> HZ_SEGMENT_SHIFT) & (HZ_SEGMENT_COLOURS - 1);
+    return &seg->unit_map[colour * HZ_UNITS];
 }
 
 /* Rank of p in its page: k * step when p starts block k, else at least 2^43 (so

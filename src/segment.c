@@ -202,7 +202,8 @@ static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     seg->free_units = ~0ULL;
     seg->purge_candidates = 0;
     update_max_run(seg);
-    for (unsigned u = 0; u < HZ_UNITS; u++) seg->unit_page[u] = &hz_empty_page;
+    hz_page_t **unit_page = hz_unit_pages(seg);
+    for (unsigned u = 0; u < HZ_UNITS; u++) unit_page[u] = &hz_empty_page;
     seg->prev = NULL;
     seg->next = heap->segments;
     if (heap->segments) heap->segments->prev = seg;
@@ -325,7 +326,8 @@ hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units) 
     heap->dirty_bytes -= reused < heap->dirty_bytes ? reused : heap->dirty_bytes;
     seg->dirty_units |= m;
     page->start = unit_start(seg, (unsigned)first);
-    for (unsigned u = 0; u < units; u++) seg->unit_page[first + (int)u] = page;
+    hz_page_t **unit_page = hz_unit_pages(seg);
+    for (unsigned u = 0; u < units; u++) unit_page[first + (int)u] = page;
     return page;
 }
 
@@ -334,7 +336,8 @@ void hz_span_free(hz_heap_t *heap, hz_page_t *page) {
     unsigned first = page->first_unit, units = page->units;
     uint64_t m = units_mask(first, units);
     bool was_full = seg->free_units == 0;
-    for (unsigned u = 0; u < units; u++) seg->unit_page[first + u] = &hz_empty_page;
+    hz_page_t **unit_page = hz_unit_pages(seg);
+    for (unsigned u = 0; u < units; u++) unit_page[first + u] = &hz_empty_page;
     if (heap->purge_at_ms == 0) heap->purge_at_ms = hz_os_now_ms() + HZ_PURGE_DELAY_MS;
     seg->free_units |= m;
     update_max_run(seg);
