@@ -28,6 +28,29 @@ wait_lines() { # FILE PATTERN COUNT PID ERRFILE : until FILE has COUNT lines mat
 segment_of() { # PID : the /dev/shm/hakozuna.* file the process maps, if any
     sed -n 's|.* \(/dev/shm/hakozuna\.[^ ]*\).*|\1|p' "/proc/$1/maps" 2>/dev/null | head -n 1
 }
+need_dev_shm() { # skip the test (77) unless /dev/shm is there and writable
+    if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
+        echo "SKIP: /dev/shm is not available"
+        exit 77
+    fi
+}
+hz_tools() { # sets HZSTAT and HZRUN from HZ_TOOLS_DIR and exports HZRUN_LIBDIR
+    # (default: HZ_TEST_LIBDIR); fails the test when they are missing
+    HZSTAT=${HZ_TOOLS_DIR:-}/hzstat
+    HZRUN=${HZ_TOOLS_DIR:-}/hzrun
+    if [ -z "${HZ_TOOLS_DIR:-}" ] || [ ! -x "$HZSTAT" ] || [ ! -f "$HZRUN" ]; then
+        echo "FAIL: HZ_TOOLS_DIR must name the directory of hzstat and hzrun (got '${HZ_TOOLS_DIR:-}')"
+        exit 1
+    fi
+    HZRUN_LIBDIR=${HZRUN_LIBDIR:-${HZ_TEST_LIBDIR:-}}
+    export HZRUN_LIBDIR
+}
+hzrun_variant() { # the hzrun -v name of the library tests/preload.sh set (HZ_TEST_VARIANT)
+    case ${HZ_TEST_VARIANT:-hakozuna} in
+    hakozuna_*) echo "${HZ_TEST_VARIANT#hakozuna_}" ;;
+    *) echo default ;;
+    esac
+}
 finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
