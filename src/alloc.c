@@ -208,13 +208,13 @@ void *hz_aligned_impl(size_t alignment, size_t size) {
 }
 
 int hz_trim_impl(void) {
-    uint64_t before = atomic_load(&hz_gstats.bytes_purged) + atomic_load(&hz_gstats.bytes_unmapped);
+    uint64_t before = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
     hz_heap_t *heap = hz_tls_heap;
     if (heap != &hz_empty_heap && heap != &hz_exiting_heap) hz_heap_tidy(heap, HZ_TIDY_ALL);
     if (hz_process_ready()) hz_heaps_trim();
     bool dropped = hz_segment_cache_trim();
     dropped |= hz_large_cache_trim();
-    uint64_t after = atomic_load(&hz_gstats.bytes_purged) + atomic_load(&hz_gstats.bytes_unmapped);
+    uint64_t after = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
     return dropped || after > before;
 }
 

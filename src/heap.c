@@ -40,11 +40,46 @@ static void heap_reset(hz_heap_t *heap) {
     hz_stash_init(heap);
 }
 
+/* A heap's memory: its own mapping, laid out so that the counters at its start end
+ * the mapping's first (kernel) page, which the slot header shares; with stats on
+ * that page becomes the heap's thread slot of the segment. */
+_Static_assert(offsetof(hz_heap_t, stats) == 0, "a heap starts with its counters");
+_Static_assert(sizeof(hz_heap_stats_t) + offsetof(struct hz_shm_thread, mallocs) ==
+                   sizeof(struct hz_shm_thread),
+               "a heap's counters are a thread slot's");
+_Static_assert(offsetof(hz_heap_stats_t, frees) + 64 == offsetof(struct hz_shm_thread, frees) &&
+                   offsetof(hz_heap_stats_t, remote_sent) + 64 ==
+                       offsetof(struct hz_shm_thread, remote_sent) &&
+                   offsetof(hz_heap_stats_t, pages_retired) + 64 ==
+                       offsetof(struct hz_shm_thread, pages_retired),
+               "a heap's counters are a thread slot's");
+_Static_assert(HZ_CLASSES == HZ_SHM_THREAD_CLASSES, "thread slots hold every class");
+
+static hz_heap_t *heap_memory(void) {
+    size_t kp = hz_os_kernel_page_size();
+    size_t size = hz_align_up(kp - sizeof(hz_heap_stats_t) + sizeof(hz_heap_t), hz_os_page_size());
+    char *chunk = hz_os_map_aligned(size, kp);
+    if (chunk == NULL) return NULL;
+    hz_gstat_add(bytes_meta, size);
+    return (hz_heap_t *)(chunk + kp - sizeof(hz_heap_stats_t));
+}
+
+/* The slot header: who owns the heap now, for readers of the segment. */
+static void heap_note(hz_heap_t *heap, int state) {
+    struct hz_shm_thread *t = hz_heap_slot(heap);
+    if (state == HZ_HEAP_OWNED) {
+        __atomic_store_n(&t->tid, (uint64_t)hz_os_tid(), __ATOMIC_RELAXED);
+        __atomic_store_n(&t->owners, t->owners + 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&t->state, (uint32_t)state, __ATOMIC_RELEASE);
+}
+
 static hz_heap_t *heap_create(int state) {
-    hz_heap_t *heap = hz_meta_alloc(sizeof(hz_heap_t));
+    hz_heap_t *heap = heap_memory();
     if (heap == NULL) return NULL;
-    memset(heap, 0, sizeof *heap);
+    hz_shm_attach(heap); /* stats on: the counters page becomes a thread slot */
     heap_reset(heap);
+    heap_note(heap, state);
     atomic_store_explicit(&heap->state, state, memory_order_relaxed);
     if (!hz_lock_acquire(&heaps_lock)) return NULL; /* re-entered from a signal handler */
     heap->next_all = all_heaps;
@@ -79,6 +114,7 @@ hz_heap_t *hz_heap_acquire(void) {
         hz_lock_release(&heaps_lock);
     }
     if (heap == NULL) return heap_create(HZ_HEAP_OWNED);
+    heap_note(heap, HZ_HEAP_OWNED);
     atomic_store_explicit(&heap->state, HZ_HEAP_OWNED, memory_order_relaxed);
     hz_gstat_add(heaps_adopted, 1);
     return heap;
@@ -133,6 +169,7 @@ void hz_heap_abandon(hz_heap_t *heap) {
     /* Ordered against a sender's inbox push and state check: one of the two sees the
      * other, so a batch posted meanwhile is either collected or mailed. */
     atomic_store_explicit(&heap->state, HZ_HEAP_ABANDONED, memory_order_seq_cst);
+    heap_note(heap, HZ_HEAP_ABANDONED);
     list_push(heap);
     hz_lock_release(&heaps_lock);
     upkeep_at(purge_at);
@@ -245,13 +282,18 @@ void hz_heaps_fork_child(void) {
         own = false;
         hz_tls_heap = &hz_empty_heap;
     }
-    if (own) self->forked = true;
+    if (own) {
+        self->forked = true;
+        __atomic_store_n(&hz_heap_slot(self)->tid, (uint64_t)hz_os_tid(), __ATOMIC_RELAXED);
+    }
     for (hz_heap_t *h = all_heaps; h != NULL; h = h->next_all) {
         if ((h != self || !own) && atomic_load_explicit(&h->state, memory_order_relaxed) ==
-                                       HZ_HEAP_OWNED)
+                                       HZ_HEAP_OWNED) {
             atomic_store_explicit(&h->state, HZ_HEAP_ORPHANED, memory_order_relaxed);
+            heap_note(h, HZ_HEAP_ORPHANED);
+        }
     }
-    atomic_store(&hz_gstats.threads_live, own ? 1 : 0);
+    __atomic_store_n(&hz_gstats.threads_live, own ? 1 : 0, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- statistics */

@@ -199,6 +199,7 @@ static void fork_child(void) {
         if (!fork_took(i) && fork_locks[i].forget != NULL) fork_locks[i].forget();
         atomic_store_explicit(&fork_locks[i].lock()->holder, 0, memory_order_release);
     }
+    hz_shm_fork_child(); /* first: counters still write into the parent's segment */
     hz_heaps_fork_child();
 }
 

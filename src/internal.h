@@ -44,22 +44,23 @@ hit: __attribute__((unused))
 HZ_INLINE bool hz_dec_le0(int32_t *count) { return --*count <= 0; }
 #endif
 
-/* Process-wide counters (slow paths only; atomic). */
-typedef struct hz_global_stats {
-    _Atomic uint64_t bytes_mapped;    /* address space mapped, reserved or committed */
-    _Atomic uint64_t bytes_committed; /* of which readable and writable (charged) */
-    _Atomic uint64_t bytes_meta;      /* of which metadata: heaps, segment-map leaves */
-    _Atomic uint64_t bytes_purged, bytes_unmapped;
-    _Atomic uint64_t os_errors;       /* mmap/munmap/mprotect/madvise calls that failed */
-    _Atomic uint64_t segments_mapped, foreign_frees;
-    _Atomic uint64_t large_allocs, large_frees, large_bytes, large_cache_hits;
-    _Atomic uint64_t heaps_created, heaps_adopted, threads_live;
-} hz_global_stats_t;
-extern hz_global_stats_t hz_gstats HZ_HIDDEN;
+/* Process-wide counters (slow paths only; atomic).  Their layout is the public
+ * struct hz_shm_live: with stats on they live in the shared-memory segment, which
+ * hz_gstats_at then points into (shm.c); before that, and without stats, they are
+ * in the library's own memory. */
+#include "hakozuna_shm.h"
+typedef struct hz_shm_live hz_global_stats_t;
+extern hz_global_stats_t *hz_gstats_at HZ_HIDDEN;
+extern hz_global_stats_t hz_gstats_own HZ_HIDDEN;
+#define hz_gstats (*__atomic_load_n(&hz_gstats_at, __ATOMIC_ACQUIRE))
 /* Frees by threads that have no heap (not started or exiting), per class. */
-extern _Atomic uint64_t hz_heapless_frees[HZ_CLASSES] HZ_HIDDEN;
-#define hz_gstat_add(f, n) atomic_fetch_add_explicit(&hz_gstats.f, (n), memory_order_relaxed)
-#define hz_gstat_sub(f, n) atomic_fetch_sub_explicit(&hz_gstats.f, (n), memory_order_relaxed)
+#define hz_heapless_frees (hz_gstats.heapless_frees)
+#define hz_gstat_add(f, n) __atomic_fetch_add(&hz_gstats.f, (uint64_t)(n), __ATOMIC_RELAXED)
+#define hz_gstat_sub(f, n) __atomic_fetch_sub(&hz_gstats.f, (uint64_t)(n), __ATOMIC_RELAXED)
+#define hz_gstat_load(f) __atomic_load_n(&hz_gstats.f, __ATOMIC_RELAXED)
+/* Add n to a byte figure and raise its high-water mark (peak) to the new value. */
+#define hz_gstat_grow(f, peak, n) hz_gstat_raise(&hz_gstats.f, &hz_gstats.peak, (n))
+void hz_gstat_raise(uint64_t *value, uint64_t *peak, uint64_t n) HZ_HIDDEN;
 
 /* Every counter merged over all heaps (stats.c). */
 #include "hakozuna.h"
@@ -206,6 +207,8 @@ void hz_os_write_fd(int fd, const char *msg) HZ_HIDDEN;
 void hz_stats_report(int fd) HZ_HIDDEN;
 void hz_os_yield(void) HZ_HIDDEN;
 void *hz_meta_alloc(size_t size) HZ_HIDDEN;
+size_t hz_os_kernel_page_size(void) HZ_HIDDEN; /* the kernel's, never simulated */
+long hz_os_tid(void) HZ_HIDDEN;
 /* Each global lock, and what a fork child does when the forking thread was
  * interrupted inside it: forget the structure it guards. */
 hz_lock_t *hz_meta_lock(void) HZ_HIDDEN;
@@ -314,7 +317,14 @@ int hz_trim_impl(void) HZ_HIDDEN;
 void hz_shm_start(void) HZ_HIDDEN;
 void hz_shm_stop(void) HZ_HIDDEN;
 void hz_shm_tick_publish(void) HZ_HIDDEN;
+void hz_shm_fork_child(void) HZ_HIDDEN;
 extern _Atomic int hz_shm_on HZ_HIDDEN;
+/* Stats on: make a new heap's counters page a thread slot of the segment. */
+void hz_shm_attach(hz_heap_t *heap) HZ_HIDDEN;
+/* The slot header just before a heap (types.h). */
+HZ_INLINE struct hz_shm_thread *hz_heap_slot(hz_heap_t *heap) {
+    return (struct hz_shm_thread *)((char *)heap - offsetof(struct hz_shm_thread, mallocs));
+}
 /* From slow paths (never under heaps_lock): publish if due.  Inline, so that with
  * stats off it is one load and a branch. */
 HZ_INLINE void hz_shm_tick(void) {

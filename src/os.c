@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +41,22 @@ size_t hz_os_page_size(void) {
 
 void hz_os_init(void) { (void)hz_os_page_size(); }
 
+size_t hz_os_kernel_page_size(void) {
+    size_t ps = (size_t)getauxval(AT_PAGESZ);
+    return ps >= 4096 && (ps & (ps - 1)) == 0 ? ps : 4096;
+}
+
+long hz_os_tid(void) { return (long)syscall(SYS_gettid); }
+
+/* *value += n, and *peak raised to at least the sum. */
+void hz_gstat_raise(uint64_t *value, uint64_t *peak, uint64_t n) {
+    uint64_t v = __atomic_add_fetch(value, n, __ATOMIC_RELAXED);
+    uint64_t p = __atomic_load_n(peak, __ATOMIC_RELAXED);
+    while (v > p && !__atomic_compare_exchange_n(peak, &p, v, true, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {
+    }
+}
+
 /* A failed OS call: counted, so that memory the allocator could not give back (or
  * get) shows in the statistics instead of silently skewing them. */
 static void os_failed(void) { hz_gstat_add(os_errors, 1); }
@@ -60,13 +77,13 @@ static bool unmap_range(void *p, size_t size) {
 static char *reserve_exact(size_t size, size_t alignment) {
     char *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    hz_gstat_add(bytes_mapped, size);
+    hz_gstat_grow(bytes_mapped, peak_mapped, size);
     if (((uintptr_t)p & (alignment - 1)) == 0) return p;
     unmap_range(p, size);
     char *hint = (char *)((uintptr_t)p & ~(uintptr_t)(alignment - 1));
     p = mmap(hint, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    hz_gstat_add(bytes_mapped, size);
+    hz_gstat_grow(bytes_mapped, peak_mapped, size);
     if (p == hint) return p;
     unmap_range(p, size); /* kernels before 4.17 take the flag as a mere hint */
     return NULL;
@@ -93,7 +110,7 @@ void *hz_os_reserve(size_t size, size_t alignment) {
             errno = ENOMEM;
             return NULL;
         }
-        hz_gstat_add(bytes_mapped, over);
+        hz_gstat_grow(bytes_mapped, peak_mapped, over);
         aligned = (char *)hz_align_up((uintptr_t)p, alignment);
         if (aligned > p) unmap_range(p, (size_t)(aligned - p));
         char *end = p + over, *want = aligned + size;
@@ -117,7 +134,7 @@ bool hz_os_commit(void *p, size_t size) {
         errno = ENOMEM;
         return false;
     }
-    hz_gstat_add(bytes_committed, size);
+    hz_gstat_grow(bytes_committed, peak_committed, size);
 #if HZ_THP
     madvise(p, size, MADV_HUGEPAGE);
 #endif
@@ -185,8 +202,8 @@ bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) {
     new_size = hz_align_up(new_size, ps);
     if (mremap(p, old_size, new_size, 0) == MAP_FAILED) return false;
     if (new_size > old_size) {
-        hz_gstat_add(bytes_mapped, new_size - old_size);
-        hz_gstat_add(bytes_committed, new_size - old_size);
+        hz_gstat_grow(bytes_mapped, peak_mapped, new_size - old_size);
+        hz_gstat_grow(bytes_committed, peak_committed, new_size - old_size);
     } else {
         hz_gstat_sub(bytes_mapped, old_size - new_size);
         hz_gstat_sub(bytes_committed, old_size - new_size);
@@ -208,8 +225,7 @@ void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) {
     }
     /* The old range is gone; the target reservation now holds the committed pages. */
     hz_gstat_sub(bytes_mapped, old_size);
-    hz_gstat_add(bytes_committed, new_size);
-    hz_gstat_sub(bytes_committed, old_size);
+    hz_gstat_grow(bytes_committed, peak_committed, new_size - old_size);
     return q;
 }
 

@@ -119,7 +119,7 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
     if (hz_unlikely(heap == &hz_empty_heap)) heap = hz_thread_init(); /* batch from now on */
     if (hz_unlikely(heap == NULL || heap == &hz_exiting_heap)) {
         /* An exiting thread (or no memory for a heap): post the block alone. */
-        atomic_fetch_add_explicit(&hz_heapless_frees[page->cls], 1, memory_order_relaxed);
+        __atomic_fetch_add(&hz_heapless_frees[page->cls], 1, __ATOMIC_RELAXED);
         loose_push(owner, p);
         posted(owner);
         return;

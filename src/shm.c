@@ -5,9 +5,13 @@
  * file capabilities).  Any other value but "0" and "" is taken for a typo: the
  * constructor says so in one line on stderr and stats stay off (in secure-execution
  * mode the environment is not even read, so nothing is said).  When on, the constructor creates the segment (its name is
- * below; include/hakozuna_shm.h describes its layout) and the allocator's slow paths
- * republish the merged counters there at most every HZ_SHM_PUBLISH_MS, one thread at
- * a time, under a seqlock; the destructor publishes a last time and removes it.
+ * below; include/hakozuna_shm.h describes its layout) and the counters move into it:
+ * each heap's counters page becomes a thread slot of the segment, the process-wide
+ * counters a block of its header (see "counters that live here" below), so readers
+ * see them as they are, whether the process is busy or idle, at no cost to the fast
+ * paths, which bump the same words as before.  The allocator's slow paths also
+ * republish the merged counters at most every HZ_SHM_PUBLISH_MS, one thread at a
+ * time, under a seqlock; the destructor publishes a last time and removes it.
  * Switching it on changes nothing in how memory is allocated, and nothing the
  * program can see besides the file: the library keeps no descriptor open (the one it
  * creates the object with is closed as soon as the object is mapped), so it never
@@ -43,10 +47,12 @@
  * as its mode 0600 and owner root already required.  Every other process keeps the
  * name, which its own user's hzstat can open.
  *
- * fork: the child must neither write into nor remove its parent's segment.  An atfork
- * handler drops the inherited mapping in the child, whose next publish makes it a
- * segment of its own; a process that finds its pid differing from the segment's
- * without that handler having run (vfork, raw clone) publishes nothing.
+ * fork: the child must neither write into nor remove its parent's segment.  The
+ * child's fork handler (init.c), before anything else in the child counts, moves
+ * every counter out of the inherited segment into private memory and drops the
+ * mapping; the child's first slow path makes it a segment of its own, where its
+ * counters move; a process that finds its pid differing from the segment's without
+ * that handler having run (vfork, raw clone) publishes nothing.
  *
  * exec keeps the pid, and the new program image finds the name it wants taken by the
  * segment of the old one, which exec unmapped without removing.  The name is ours to
@@ -57,7 +63,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -289,6 +294,11 @@ static uint64_t creation_id(void) {
 
 /* ------------------------------------------------------------- publishing */
 
+/* Metadata bytes: heaps and segment map, plus every segment's header. */
+static uint64_t metadata_bytes(void) {
+    return hz_gstat_load(bytes_meta) + hz_gstat_load(segments_mapped) * HZ_SEGMENT_HEADER;
+}
+
 /* Write the current counters under the seqlock.  Caller holds publish_busy. */
 static void publish(struct hz_shm_segment *s, bool final) {
     hz_stats_snapshot_t snap;
@@ -319,6 +329,11 @@ static void publish(struct hz_shm_segment *s, bool final) {
     STORE(c->pages_made, snap.pages_made);
     STORE(c->pages_retired, snap.pages_retired);
     STORE(c->outbox_flushes, snap.remote_batches); /* one batch per outbox flush */
+    STORE(c->bytes_committed, hz_gstat_load(bytes_committed));
+    STORE(c->bytes_metadata, metadata_bytes());
+    STORE(c->peak_mapped, hz_gstat_load(peak_mapped));
+    STORE(c->peak_committed, hz_gstat_load(peak_committed));
+    STORE(c->heaps_unlisted, hz_gstat_load(heaps_unlisted));
     STORE(c->publishes, c->publishes + 1);
     STORE(c->last_publish_unix_ns, clock_ns(CLOCK_REALTIME));
     STORE(c->last_publish_mono_ns, clock_ns(CLOCK_MONOTONIC));
@@ -373,7 +388,7 @@ static bool remove_leftover(pid_t pid, uint64_t ns, uint64_t start) {
     return ok;
 }
 
-/* Make and map the segment of the calling process; false (and no file) on failure. */
+/* Make and map the segment of the calling process (shm); false (and no file) on failure. */
 static bool shm_create(void) {
     pid_t pid = getpid();
     uint64_t ns = self_pid_ns();
@@ -386,13 +401,15 @@ static bool shm_create(void) {
         fd = open(shm_path, flags, 0600);
     if (fd < 0) return false;
 
-    size_t size = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size());
+    size_t stride = hz_os_kernel_page_size();
+    size_t head = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size());
+    size_t size = head + HZ_SHM_MAX_THREADS * stride;
     struct hz_shm_segment *s = MAP_FAILED;
-    /* Reserve the blocks now: a full tmpfs must fail here, not as SIGBUS later. */
-    if (fallocate(fd, 0, 0, (off_t)size) != 0) {
-        if (errno != EOPNOTSUPP && errno != ENOSYS) goto fail;
-        if (ftruncate(fd, (off_t)size) != 0) goto fail;
-    }
+    /* Reserve the header's blocks now: a full tmpfs must fail here, not as SIGBUS
+     * later.  The thread slots stay sparse until taken (claim_slot). */
+    if (fallocate(fd, 0, 0, (off_t)head) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+        goto fail;
+    if (ftruncate(fd, (off_t)size) != 0) goto fail;
     s = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (s == MAP_FAILED) goto fail;
     close(fd); /* the mapping is all we keep; no failure below */
@@ -410,6 +427,10 @@ static bool shm_create(void) {
     s->created_unix_ns = clock_ns(CLOCK_REALTIME);
     s->flags = HZ_STATS ? 0u : HZ_SHM_FLAG_NO_COUNTERS;
     s->class_count = HZ_CLASSES;
+    s->threads_offset = head;
+    s->thread_stride = (uint32_t)stride;
+    s->thread_slots = HZ_SHM_MAX_THREADS;
+    s->segment_header_size = HZ_SEGMENT_HEADER;
     copy_str(s->variant, sizeof s->variant, HZ_VARIANT_NAME);
     copy_str(s->version, sizeof s->version, hz_version());
     copy_str(s->config, sizeof s->config, hz_config_string());
@@ -420,7 +441,7 @@ static bool shm_create(void) {
      * this file); the mapping stays. */
     shm_unnamed = may_change_uid();
     if (shm_unnamed) unlink(shm_path);
-    shm = s;
+    __atomic_store_n(&shm, s, __ATOMIC_RELEASE); /* heaps made from now on attach */
     shm_size = size;
     shm_pid = pid;
     return true;
@@ -431,12 +452,126 @@ fail:
     return false;
 }
 
-/* In a child of fork: forget the parent's segment without touching it. */
-static void shm_atfork_child(void) {
-    if (shm != NULL) munmap(shm, shm_size);
-    shm = NULL;
+/* ------------------------------------------------------ counters that live here
+ * A heap's counters end the first (kernel) page of its mapping (heap.c).  To make
+ * them live in the segment, the page is copied into a free thread slot and the slot
+ * is mapped over it: mremap of a shared mapping with old size 0 maps the same pages
+ * a second time, so neither a descriptor nor a copy is kept.  The process-wide
+ * counters move by pointer (hz_gstats_at).  Counts made by another thread between
+ * the copy and the switch would be lost: heaps are moved when they are new (nobody
+ * counts in them yet), in the constructor (before the program runs threads), and at
+ * a fork child's first slow path (usually before it starts threads). */
+
+static char *page_of_slot(struct hz_shm_segment *s, uint32_t i) {
+    return (char *)s + s->threads_offset + (size_t)i * s->thread_stride;
+}
+
+static struct hz_shm_thread *slot_at(struct hz_shm_segment *s, uint32_t i) {
+    return (struct hz_shm_thread *)((char *)s + s->threads_offset +
+                                    (size_t)(i + 1) * s->thread_stride -
+                                    sizeof(struct hz_shm_thread));
+}
+
+/* The page of heap's counters (and slot header). */
+static char *counters_page(hz_heap_t *heap) {
+    return (char *)heap + sizeof(hz_heap_stats_t) - hz_os_kernel_page_size();
+}
+
+/* A slot of s that can be written without SIGBUS; false (counted) when none. */
+static bool claim_slot(struct hz_shm_segment *s, uint32_t *slot) {
+    uint32_t i = __atomic_load_n(&s->threads_used, __ATOMIC_RELAXED);
+    do {
+        if (i >= s->thread_slots) {
+            hz_gstat_add(heaps_unlisted, 1);
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&s->threads_used, &i, i + 1, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    char *page = page_of_slot(s, i);
+    /* Get the slot's tmpfs page now, so that a full /dev/shm fails here and not as
+     * SIGBUS on a counter (kernels before 5.14 do not know it: EINVAL). */
+    if (madvise(page, s->thread_stride, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+        hz_gstat_add(heaps_unlisted, 1);
+        return false;
+    }
+    *slot = i;
+    return true;
+}
+
+/* Move heap's counters into a slot of s; false (counted, nothing changed) if none.
+ * A heap is moved once: by its creator or by move_in, whichever comes first. */
+static bool attach_to(struct hz_shm_segment *s, hz_heap_t *heap) {
+    uint32_t i, none = 0;
+    if (!__atomic_compare_exchange_n(&heap->shm_slot, &none, UINT32_MAX, false,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return false;
+    if (!claim_slot(s, &i)) {
+        __atomic_store_n(&heap->shm_slot, 0, __ATOMIC_RELEASE);
+        return false;
+    }
+    struct hz_shm_thread *t = slot_at(s, i);
+    memcpy(t, hz_heap_slot(heap), sizeof *t);
+    t->slot = i;
+    if (mremap(page_of_slot(s, i), 0, s->thread_stride, MREMAP_MAYMOVE | MREMAP_FIXED,
+               counters_page(heap)) == MAP_FAILED) {
+        memset(t, 0, sizeof *t);
+        hz_gstat_add(heaps_unlisted, 1);
+        __atomic_store_n(&heap->shm_slot, 0, __ATOMIC_RELEASE);
+        return false;
+    }
+    __atomic_store_n(&heap->shm_slot, i + 1, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* In a fork child: heap's counters page is the parent's slot; make it private. */
+static void detach(hz_heap_t *heap) {
+    struct hz_shm_thread keep;
+    memcpy(&keep, hz_heap_slot(heap), sizeof keep);
+    size_t kp = hz_os_kernel_page_size();
+    if (mmap(counters_page(heap), kp, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+        return;
+    memcpy(hz_heap_slot(heap), &keep, sizeof keep);
+    heap->shm_slot = 0;
+}
+
+void hz_shm_attach(hz_heap_t *heap) {
+    struct hz_shm_segment *s = __atomic_load_n(&shm, __ATOMIC_ACQUIRE);
+    if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) && s != NULL) attach_to(s, heap);
+}
+
+static void attach_existing(hz_heap_t *heap, void *arg) { attach_to(arg, heap); }
+
+static void detach_existing(hz_heap_t *heap, void *arg) {
+    (void)arg;
+    if (heap->shm_slot != 0) detach(heap);
+}
+
+/* Move the process-wide counters to `to`. */
+static void gstats_move(hz_global_stats_t *to) {
+    if (to == hz_gstats_at) return;
+    memcpy(to, hz_gstats_at, sizeof *to);
+    __atomic_store_n(&hz_gstats_at, to, __ATOMIC_RELEASE);
+}
+
+/* The segment shm was just made: its counters move in. */
+static void move_in(void) {
+    gstats_move(&shm->live);
+    hz_heaps_visit(attach_existing, shm);
+}
+
+/* In a child of fork (init.c's handler, before anything else writes a counter): the
+ * parent's segment is not ours to write.  Its counters move back into private
+ * memory; the child's first slow path makes it a segment of its own (tick_slow), so
+ * that a child that execs or leaves with _exit at once leaves none behind. */
+void hz_shm_fork_child(void) {
     atomic_store_explicit(&publish_busy, 0, memory_order_relaxed);
     atomic_store_explicit(&next_publish_ms, 0, memory_order_relaxed);
+    if (shm == NULL) return;
+    gstats_move(&hz_gstats_own);
+    hz_heaps_visit(detach_existing, NULL);
+    munmap(shm, shm_size);
+    shm = NULL;
 }
 
 /* ---------------------------------------------------------------- interface */
@@ -452,7 +587,7 @@ void hz_shm_start(void) {
         return;
     }
     if (!shm_create()) return;
-    pthread_atfork(NULL, NULL, shm_atfork_child);
+    move_in(); /* heaps made before the segment */
     atomic_store_explicit(&next_publish_ms, hz_os_now_ms() + HZ_SHM_PUBLISH_MS,
                           memory_order_relaxed);
     atomic_store_explicit(&hz_shm_on, 1, memory_order_release);
@@ -466,9 +601,12 @@ static HZ_NOINLINE void tick_slow(void) {
         now >= atomic_load_explicit(&next_publish_ms, memory_order_relaxed)) {
         atomic_store_explicit(&next_publish_ms, now + HZ_SHM_PUBLISH_MS, memory_order_relaxed);
         if (shm == NULL) {
-            /* A child of fork (the atfork handler dropped the parent's segment): a
-             * segment of its own. */
-            if (!shm_create()) atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);
+            /* A child of fork: a segment of its own, and its counters move in.  This
+             * is the one move that may race with other threads (a child that started
+             * threads before its first slow path): counts they make during it can be
+             * lost. */
+            if (shm_create()) move_in();
+            else atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);
         } else if (getpid() == shm_pid) {
             publish(shm, false);
         }

@@ -9,10 +9,11 @@
 #include "hakozuna.h"
 #include "posix.h"
 
-hz_global_stats_t hz_gstats;
-_Atomic uint64_t hz_heapless_frees[HZ_CLASSES];
+/* The process-wide counters: here until the stats segment takes them (shm.c). */
+hz_global_stats_t hz_gstats_own;
+hz_global_stats_t *hz_gstats_at = &hz_gstats_own;
 
-#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed) /* heap counters */
 #define HZ_STR_(x) #x
 #define HZ_STR(x) HZ_STR_(x)
 #define HZ_VERSION_TEXT                                                                 \
@@ -38,7 +39,8 @@ static void merge_heap(hz_heap_t *heap, void *arg) {
 static void merge_all(merged_t *m) {
     memset(m, 0, sizeof *m);
     hz_heaps_visit(merge_heap, m);
-    for (unsigned c = 1; c < HZ_CLASSES; c++) m->frees[c] += LOAD(hz_heapless_frees[c]);
+    for (unsigned c = 1; c < HZ_CLASSES; c++)
+        m->frees[c] += __atomic_load_n(&hz_heapless_frees[c], __ATOMIC_RELAXED);
 }
 
 HZ_API int hz_stats_get(struct hz_stats *out, size_t size) {
@@ -64,22 +66,22 @@ void hz_stats_snapshot(hz_stats_snapshot_t *snap) {
         s.frees += m.frees[c];
         if (m.mallocs[c] > m.frees[c]) in_use += (m.mallocs[c] - m.frees[c]) * hz_class_size[c];
     }
-    s.mallocs += LOAD(hz_gstats.large_allocs);
-    s.frees += LOAD(hz_gstats.large_frees);
-    s.bytes_in_use = in_use + LOAD(hz_gstats.large_bytes);
-    s.bytes_mapped = LOAD(hz_gstats.bytes_mapped);
-    s.bytes_purged = LOAD(hz_gstats.bytes_purged);
-    s.bytes_unmapped = LOAD(hz_gstats.bytes_unmapped);
+    s.mallocs += hz_gstat_load(large_allocs);
+    s.frees += hz_gstat_load(large_frees);
+    s.bytes_in_use = in_use + hz_gstat_load(large_bytes);
+    s.bytes_mapped = hz_gstat_load(bytes_mapped);
+    s.bytes_purged = hz_gstat_load(bytes_purged);
+    s.bytes_unmapped = hz_gstat_load(bytes_unmapped);
     s.remote_frees_sent = m.remote_sent;
     s.remote_frees_recv = m.remote_recv;
     s.remote_batches = m.remote_batches;
-    s.foreign_frees = LOAD(hz_gstats.foreign_frees);
-    s.large_allocs = LOAD(hz_gstats.large_allocs);
-    s.large_cache_hits = LOAD(hz_gstats.large_cache_hits);
-    s.heaps_created = LOAD(hz_gstats.heaps_created);
-    s.heaps_adopted = LOAD(hz_gstats.heaps_adopted);
-    s.threads_live = LOAD(hz_gstats.threads_live);
-    s.segments_mapped = LOAD(hz_gstats.segments_mapped);
+    s.foreign_frees = hz_gstat_load(foreign_frees);
+    s.large_allocs = hz_gstat_load(large_allocs);
+    s.large_cache_hits = hz_gstat_load(large_cache_hits);
+    s.heaps_created = hz_gstat_load(heaps_created);
+    s.heaps_adopted = hz_gstat_load(heaps_adopted);
+    s.threads_live = hz_gstat_load(threads_live);
+    s.segments_mapped = hz_gstat_load(segments_mapped);
     m.totals = s;
     *snap = m;
 }
@@ -92,8 +94,8 @@ struct mallinfo2 hz_mallinfo2_impl(void) {
     memset(&mi, 0, sizeof mi);
     hz_stats_get(&s, sizeof s);
     mi.arena = s.bytes_mapped;
-    mi.hblks = (size_t)LOAD(hz_gstats.large_allocs) - (size_t)LOAD(hz_gstats.large_frees);
-    mi.hblkhd = (size_t)LOAD(hz_gstats.large_bytes);
+    mi.hblks = (size_t)hz_gstat_load(large_allocs) - (size_t)hz_gstat_load(large_frees);
+    mi.hblkhd = (size_t)hz_gstat_load(large_bytes);
     mi.uordblks = s.bytes_in_use;
     mi.fordblks = s.bytes_mapped > s.bytes_in_use ? s.bytes_mapped - s.bytes_in_use : 0;
     return mi;
@@ -111,7 +113,7 @@ static void stats_line(int fd, const char *name, uint64_t v) {
 }
 
 static uint64_t large_blocks(void) {
-    return LOAD(hz_gstats.large_allocs) - LOAD(hz_gstats.large_frees);
+    return hz_gstat_load(large_allocs) - hz_gstat_load(large_frees);
 }
 
 /* glibc prints one section per arena, then the totals.  hakozuna's per-thread heaps
@@ -126,11 +128,11 @@ void hz_stats_report(int fd) {
     hz_os_write_fd(fd, HZ_VERSION_TEXT ":\nTotal (incl. mmap):\n");
     stats_line(fd, "system bytes", s->bytes_mapped);
     stats_line(fd, "in use bytes", s->bytes_in_use);
-    stats_line(fd, "committed bytes", LOAD(hz_gstats.bytes_committed));
+    stats_line(fd, "committed bytes", hz_gstat_load(bytes_committed));
     stats_line(fd, "mallocs", s->mallocs);
     stats_line(fd, "frees", s->frees);
     stats_line(fd, "large blocks", large_blocks());
-    stats_line(fd, "large bytes", LOAD(hz_gstats.large_bytes));
+    stats_line(fd, "large bytes", hz_gstat_load(large_bytes));
     stats_line(fd, "purged bytes", s->bytes_purged);
     stats_line(fd, "unmapped bytes", s->bytes_unmapped);
     stats_line(fd, "segments", s->segments_mapped);
@@ -213,9 +215,9 @@ int hz_malloc_info_impl(int options, FILE *fp) {
     xml_system(fp, "<aspace", "total", mapped);
     fputs("</heap>\n", fp);
     xml_total(fp, "small", small_count, small_bytes);
-    xml_total(fp, "mmap", large_blocks(), LOAD(hz_gstats.large_bytes));
+    xml_total(fp, "mmap", large_blocks(), hz_gstat_load(large_bytes));
     xml_system(fp, "<system", "current", mapped);
-    xml_system(fp, "<system", "committed", LOAD(hz_gstats.bytes_committed));
+    xml_system(fp, "<system", "committed", hz_gstat_load(bytes_committed));
     xml_system(fp, "<aspace", "total", mapped);
     fputs("</malloc>\n", fp);
     return 0;

@@ -255,7 +255,12 @@ typedef struct hz_heap_stats {
  * past their own heap's destructor. */
 enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_SHARED = 4 };
 
+/* A heap starts with its counters, which end a page of their own (heap.c): with stats
+ * on, that page is a thread slot of the shared-memory segment (shm.c), where readers
+ * see the counters as the owner bumps them.  The 64 bytes before the heap are the
+ * slot's header (struct hz_shm_thread). */
 typedef struct hz_heap {
+    hz_heap_stats_t stats;
     hz_page_t *direct[HZ_DIRECT_SLOTS]; /* (size+15)/16 -> page to allocate from */
     hz_page_t *current[HZ_CLASSES];     /* class -> page to allocate from */
     hz_page_queue_t queues[HZ_CLASSES]; /* pages with free blocks, current first */
@@ -278,7 +283,7 @@ typedef struct hz_heap {
     size_t listed_dirty;                /* dirty_bytes counted while on the abandoned list */
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
-    hz_heap_stats_t stats;
+    uint32_t shm_slot;                  /* 1 + its thread slot in the segment, 0: none */
     hz_batch_t *spare;                  /* empty batches for the outboxes */
     /* Written by other threads, so on lines of their own: batches of blocks they
      * freed; blocks freed one at a time by threads without a heap (linked through

@@ -201,7 +201,7 @@ if start_prog live --stats; then
     check "  remote_frees_sent >= $remote (every free was remote)" ge "$r" $remote
     check "  threads_live >= $THREADS" ge "$t" $THREADS
     check "  heaps_created >= $THREADS" ge "$h" $THREADS
-    check "  pid and layout" grep -q "\"pid\":$p,.*\"layout_version\":2" "$tmp/j"
+    check "  pid and layout" grep -q "\"pid\":$p,.*\"layout_version\":3" "$tmp/j"
 
     "$HZSTAT" -j -c "$p" >"$tmp/jc" 2>"$tmp/e"
     expect_rc "hzstat -j -c PID" 0 $?
@@ -251,8 +251,8 @@ if start_prog live --stats; then
         "$(awk '{ print $1 }' "$tmp/f1" | tr '\n' ' ')" = "mallocs remote_frees_sent "
     "$HZSTAT" -1 -f 'bytes_*' -f threads_live "$p" >"$tmp/f2" 2>"$tmp/e"
     expect_rc "hzstat -1 -f 'bytes_*' -f threads_live PID (glob, repeated)" 0 $?
-    check "  the four bytes_ counters and threads_live" test \
-        "$(awk '{ print $1 }' "$tmp/f2" | tr '\n' ' ')" = "bytes_in_use bytes_mapped bytes_purged bytes_unmapped threads_live "
+    check "  the six bytes_ counters and threads_live" test \
+        "$(awk '{ print $1 }' "$tmp/f2" | tr '\n' ' ')" = "bytes_in_use bytes_mapped bytes_purged bytes_unmapped bytes_committed bytes_metadata threads_live "
     "$HZSTAT" -1 -f '*' "$p" >"$tmp/f3" 2>"$tmp/e"
     check "  -f '*': every counter, as -1 alone" test "$(wc -l <"$tmp/f3")" -eq "$(wc -l <"$tmp/one")"
     "$HZSTAT" -j -f mallocs,threads_live "$p" >"$tmp/fj" 2>"$tmp/e"
@@ -335,7 +335,7 @@ if start_prog live --stats; then
     cp "$tmp/seg" "$fake"
     "$HZSTAT" $$ >/dev/null 2>"$tmp/e"
     expect_rc "layout version mismatch" 6 $?
-    check "  names both versions (99 and 2)" grep -q 'version 99.*version 2' "$tmp/e"
+    check "  names both versions (99 and 3)" grep -q 'version 99.*version 3' "$tmp/e"
     sed 's/^/    /' "$tmp/e"
     check "  header size read back ($header_size)" test -n "$header_size"
     "$HZSTAT" --gc >"$tmp/gc" 2>"$tmp/e"

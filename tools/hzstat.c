@@ -80,6 +80,8 @@ static void usage(FILE *out) {
             "  -n, --count N       stop after N intervals (default: until the process ends)\n"
             "  -j, --json          JSON: one object per snapshot, list entry or interval\n"
             "  -c, --classes       add the per-size-class table (size, mallocs, frees, live)\n"
+            "  -t, --threads       add the per-thread view: each thread heap's owner, state,\n"
+            "                      mallocs, frees, remote frees sent and received\n"
             "  -f, --fields F[,F]  only these counters (names as -1 prints them; a trailing\n"
             "                      '*' matches a prefix; repeatable), with -1, -j, -i or\n"
             "                      a snapshot\n"
@@ -114,7 +116,7 @@ static int usage_error(const char *fmt, ...) {
     vmsg(fmt, ap);
     va_end(ap);
     fprintf(stderr,
-            "Usage: %s [-j] [-c] [-1] [-f FIELDS] [-i SEC [-n N]] [PID]\n"
+            "Usage: %s [-j] [-c] [-t] [-1] [-f FIELDS] [-i SEC [-n N]] [PID]\n"
             "       | --prometheus [-o FILE] [PID]\n"
             "       | --gc | --version | --help\n"
             "Run '%s --help' for more.\n",
@@ -135,6 +137,8 @@ struct field {
 };
 #define F(n, label, kind, rate, desc) \
     {#n, label, offsetof(struct hz_shm_counters, n), kind, rate, desc}
+/* Not in the segment: hzstat reads it from /proc and keeps it in a spare word. */
+#define process_rss reserved[0]
 static const struct field fields[] = {
     F(mallocs, "mallocs", K_COUNT, "mallocs/s", "Allocations served, all sizes"),
     F(frees, "frees", K_COUNT, "frees/s", "Blocks freed, all sizes"),
@@ -145,6 +149,15 @@ static const struct field fields[] = {
       "Bytes returned to the OS with madvise"),
     F(bytes_unmapped, "bytes unmapped (total)", K_BYTES, NULL,
       "Bytes returned to the OS with munmap"),
+    F(bytes_committed, "bytes committed", K_BYTES_GAUGE, NULL,
+      "Bytes mapped readable and writable: an upper bound of the allocator's resident bytes"),
+    F(bytes_metadata, "bytes metadata", K_BYTES_GAUGE, NULL,
+      "Committed bytes of the allocator's own: heaps, segment map, segment headers"),
+    F(peak_mapped, "peak bytes mapped", K_BYTES_GAUGE, NULL, "Highest bytes mapped so far"),
+    F(peak_committed, "peak bytes committed", K_BYTES_GAUGE, NULL,
+      "Highest bytes committed so far"),
+    F(process_rss, "process resident (RSS)", K_BYTES_GAUGE, NULL,
+      "Resident bytes of the whole process (VmRSS in /proc/PID/status), read by hzstat"),
     F(remote_frees_sent, "remote frees sent", K_COUNT, "remote/s",
       "Frees of blocks owned by another thread"),
     F(remote_frees_recv, "remote frees received", K_COUNT, NULL,
@@ -167,6 +180,8 @@ static const struct field fields[] = {
     F(pages_retired, "pages retired", K_COUNT, NULL, "Empty pages given back to their segment"),
     F(outbox_flushes, "outbox flushes", K_COUNT, NULL,
       "Remote-free outboxes posted to an owner's inbox"),
+    F(heaps_unlisted, "heaps without a slot", K_GAUGE, NULL,
+      "Heaps beyond the segment's thread slots: figures are then as last published"),
     F(publishes, "publishes", K_COUNT, NULL, "Times the counters were published"),
     F(last_publish_unix_ns, "last publish (unix ns)", K_GAUGE, NULL,
       "Time of the last publish, ns since the epoch"),
@@ -174,6 +189,8 @@ static const struct field fields[] = {
       "Time of the last publish, CLOCK_MONOTONIC ns"),
 };
 #undef F
+#undef process_rss
+#define process_rss_ reserved[0]
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
 /* -f: the counters to show (all of them, or each view's usual ones, without -f). */
@@ -440,7 +457,9 @@ struct seg {
     struct hz_shm_segment pre; /* the preamble (always) */
     const struct hz_shm_segment *map;
     size_t map_size;
-    struct hz_shm_segment snap; /* consistent copy */
+    struct hz_shm_segment snap; /* consistent copy, with the live counters merged in */
+    bool live;              /* snap.counters and classes are the live figures */
+    uint32_t threads;       /* thread slots in use (readable in map) */
 };
 
 static void seg_close(struct seg *g) {
@@ -533,7 +552,10 @@ static enum seg_status seg_open_ns(struct seg *g, long pid, uint64_t ns) {
     if (g->pre.pid != (uint64_t)pid || g->pre.total_size < sizeof(struct hz_shm_segment) ||
         (uint64_t)g->st.st_size < sizeof(struct hz_shm_segment))
         return SEG_BAD;
+    /* The header and, when the file has them, the thread slots. */
     g->map_size = sizeof(struct hz_shm_segment);
+    if (g->pre.total_size <= (uint64_t)g->st.st_size && g->pre.total_size < ((uint64_t)1 << 32))
+        g->map_size = (size_t)g->pre.total_size;
     void *m = mmap(NULL, g->map_size, PROT_READ, MAP_SHARED, g->fd, 0);
     if (m == MAP_FAILED) {
         g->err = errno;
@@ -547,7 +569,94 @@ static enum seg_status seg_open_ns(struct seg *g, long pid, uint64_t ns) {
 /* The segment of PID of our own namespace. */
 static enum seg_status seg_open(struct seg *g, long pid) { return seg_open_ns(g, pid, own_ns); }
 
-/* A consistent copy of the mapped segment (seqlock read); false if none came. */
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+/* Slot i's counters, as they are now. */
+static void thread_read(const struct seg *g, uint32_t i, struct hz_shm_thread *t) {
+    const struct hz_shm_segment *s = &g->snap;
+    const char *at = (const char *)g->map + s->threads_offset +
+                     (size_t)(i + 1) * s->thread_stride - sizeof *t;
+    memcpy(t, at, sizeof *t);
+}
+
+/* VmRSS of pid in bytes, 0 if unknown. */
+static uint64_t proc_rss(long pid) {
+    char path[64], line[256];
+    uint64_t kb = 0;
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+/* Replace the published counters of snap by the live ones: the sums over the thread
+ * slots and the process-wide counters (include/hakozuna_shm.h says how).  Left as
+ * published when some heaps have no slot, whose counters only publishing sees. */
+static void seg_live(struct seg *g) {
+    struct hz_shm_segment *s = &g->snap;
+    const struct hz_shm_live *l = &g->map->live;
+    struct hz_shm_counters *c = &s->counters;
+    c->process_rss_ = proc_rss(g->pid);
+    g->live = false;
+    g->threads = 0;
+    if (s->thread_stride < sizeof(struct hz_shm_thread) || s->threads_offset < sizeof *s)
+        return;
+    uint64_t slots = (g->map_size - s->threads_offset) / s->thread_stride;
+    g->threads = LD(g->map->threads_used);
+    if (g->threads > s->thread_slots) g->threads = s->thread_slots;
+    if (g->threads > slots) g->threads = (uint32_t)slots;
+    if (LD(l->heaps_unlisted) != 0) return;
+    uint64_t m[HZ_SHM_THREAD_CLASSES] = {0}, f[HZ_SHM_THREAD_CLASSES] = {0};
+    uint64_t sent = 0, recv = 0, batches = 0, refills = 0, made = 0, retired = 0;
+    for (uint32_t i = 0; i < g->threads; i++) {
+        struct hz_shm_thread t;
+        thread_read(g, i, &t);
+        for (unsigned k = 0; k < HZ_SHM_THREAD_CLASSES; k++) m[k] += t.mallocs[k], f[k] += t.frees[k];
+        sent += t.remote_sent, recv += t.remote_recv, batches += t.remote_batches;
+        refills += t.refills, made += t.pages_made, retired += t.pages_retired;
+    }
+    uint64_t mallocs = 0, frees = 0, in_use = 0;
+    unsigned n = class_limit(s) < HZ_SHM_THREAD_CLASSES ? class_limit(s) : HZ_SHM_THREAD_CLASSES;
+    for (unsigned k = 1; k < n; k++) {
+        f[k] += LD(l->heapless_frees[k]);
+        s->classes[k].mallocs = m[k];
+        s->classes[k].frees = f[k];
+        mallocs += m[k], frees += f[k];
+        if (m[k] > f[k]) in_use += (m[k] - f[k]) * s->classes[k].size;
+    }
+    c->mallocs = mallocs + LD(l->large_allocs);
+    c->frees = frees + LD(l->large_frees);
+    c->bytes_in_use = in_use + LD(l->large_bytes);
+    c->bytes_mapped = LD(l->bytes_mapped);
+    c->bytes_purged = LD(l->bytes_purged);
+    c->bytes_unmapped = LD(l->bytes_unmapped);
+    c->bytes_committed = LD(l->bytes_committed);
+    c->bytes_metadata = LD(l->bytes_meta) + LD(l->segments_mapped) * s->segment_header_size;
+    c->peak_mapped = LD(l->peak_mapped);
+    c->peak_committed = LD(l->peak_committed);
+    c->remote_frees_sent = sent;
+    c->remote_frees_recv = recv;
+    c->remote_batches = batches;
+    c->outbox_flushes = batches; /* one batch per outbox flush */
+    c->foreign_frees = LD(l->foreign_frees);
+    c->large_allocs = LD(l->large_allocs);
+    c->large_cache_hits = LD(l->large_cache_hits);
+    c->heaps_created = LD(l->heaps_created);
+    c->heaps_adopted = LD(l->heaps_adopted);
+    c->threads_live = LD(l->threads_live);
+    c->segments_mapped = LD(l->segments_mapped);
+    c->refills = refills;
+    c->pages_made = made;
+    c->pages_retired = retired;
+    c->heaps_unlisted = 0;
+    g->live = true;
+}
+
+/* A copy of the mapped segment: the header under the seqlock, then the live
+ * counters (seg_live); false if no consistent header came. */
 static bool seg_read(struct seg *g) {
     const struct hz_shm_segment *m = g->map;
     for (int tries = 0; tries < 2000; tries++) {
@@ -556,7 +665,10 @@ static bool seg_read(struct seg *g) {
             memcpy(&g->snap, (const void *)m, sizeof g->snap);
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             uint64_t g2 = __atomic_load_n(&m->generation, __ATOMIC_RELAXED);
-            if (g1 == g2) return true;
+            if (g1 == g2) {
+                seg_live(g);
+                return true;
+            }
         }
         struct timespec ts = {0, 1000000L};
         nanosleep(&ts, NULL);
@@ -647,6 +759,79 @@ static int report_open_failure(struct seg *g, enum seg_status st) {
 
 /* --------------------------------------------------------------- snapshots */
 
+/* -t: the per-thread view, one thread heap (slot) each. */
+static bool show_threads;
+static const char *const thread_state[] = {"unset", "running", "exited", "orphaned", "shared"};
+
+static const char *state_name(uint32_t st) { return st < 5 ? thread_state[st] : "unknown"; }
+
+static uint64_t thread_mallocs(const struct hz_shm_thread *t) {
+    uint64_t n = 0;
+    for (unsigned k = 0; k < HZ_SHM_THREAD_CLASSES; k++) n += t->mallocs[k];
+    return n;
+}
+static uint64_t thread_frees(const struct hz_shm_thread *t) {
+    uint64_t n = 0;
+    for (unsigned k = 0; k < HZ_SHM_THREAD_CLASSES; k++) n += t->frees[k];
+    return n;
+}
+
+static void print_threads_text(const struct seg *g) {
+    printf("\n  %4s %8s %-8s %6s %14s %14s %14s %14s\n", "slot", "tid", "state", "owners",
+           "mallocs", "frees", "remote sent", "remote recv");
+    for (uint32_t i = 0; i < g->threads; i++) {
+        struct hz_shm_thread t;
+        thread_read(g, i, &t);
+        if (t.state == 0) continue;
+        printf("  %4u %8" PRIu64 " %-8s %6" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
+               " %14" PRIu64 "\n",
+               i, t.tid, state_name(t.state), t.owners, thread_mallocs(&t), thread_frees(&t),
+               t.remote_sent, t.remote_recv);
+    }
+    if (g->snap.counters.heaps_unlisted != 0)
+        printf("  (%" PRIu64 " more heaps have no slot and are not listed)\n",
+               g->snap.counters.heaps_unlisted);
+}
+
+static void json_threads(const struct seg *g) {
+    printf(",\"threads\":[");
+    bool first = true;
+    for (uint32_t i = 0; i < g->threads; i++) {
+        struct hz_shm_thread t;
+        thread_read(g, i, &t);
+        if (t.state == 0) continue;
+        printf("%s{\"slot\":%u,\"tid\":%" PRIu64 ",\"state\":\"%s\",\"owners\":%" PRIu64
+               ",\"mallocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"remote_frees_sent\":%" PRIu64
+               ",\"remote_frees_recv\":%" PRIu64 ",\"remote_batches\":%" PRIu64
+               ",\"refills\":%" PRIu64 "}",
+               first ? "" : ",", i, t.tid, state_name(t.state), t.owners, thread_mallocs(&t),
+               thread_frees(&t), t.remote_sent, t.remote_recv, t.remote_batches, t.refills);
+        first = false;
+    }
+    printf("]");
+}
+
+static void oneshot_threads(const struct seg *g) {
+    for (uint32_t i = 0; i < g->threads; i++) {
+        struct hz_shm_thread t;
+        thread_read(g, i, &t);
+        if (t.state == 0) continue;
+        static const char *const what[] = {"tid", "mallocs", "frees", "remote_frees_sent",
+                                           "remote_frees_recv"};
+        static const char *const desc[] = {"Kernel thread id of the latest owner",
+                                           "Allocations", "Frees", "Frees of other heaps' blocks",
+                                           "Own blocks freed elsewhere, taken back"};
+        const uint64_t v[] = {t.tid, thread_mallocs(&t), thread_frees(&t), t.remote_sent,
+                              t.remote_recv};
+        char name[48];
+        for (unsigned j = 0; j < 5; j++) {
+            snprintf(name, sizeof name, "thread.%u.%s", i, what[j]);
+            printf("%-28s %20" PRIu64 "  %s, heap %u (thread %" PRIu64 ", %s)\n", name, v[j],
+                   desc[j], i, t.tid, state_name(t.state));
+        }
+    }
+}
+
 static void print_text(const struct seg *g, bool classes) {
     const struct hz_shm_segment *s = &g->snap;
     char comm[64], version[sizeof s->version + 1], config[sizeof s->config + 1];
@@ -663,6 +848,9 @@ static void print_text(const struct seg *g, bool classes) {
            human_duration(age, b2, sizeof b2), s->counters.publishes,
            (s->flags & HZ_SHM_FLAG_FINAL) ? ", final: process exiting" : "");
     printf("  %-24s %s\n", "config", config);
+    printf("  %-24s %s\n", "counters",
+           g->live ? "live (read from the process's counters now)"
+                   : "as last published (some heaps have no thread slot)");
     if (s->flags & HZ_SHM_FLAG_NO_COUNTERS)
         printf("  note: built without per-thread counters; event counts read 0\n");
     printf("\n");
@@ -670,7 +858,8 @@ static void print_text(const struct seg *g, bool classes) {
         const struct field *f = &fields[i];
         /* The publication counters are in the header above, unless asked for. */
         if (field_filter ? !field_on[i]
-                         : f->offset >= offsetof(struct hz_shm_counters, publishes))
+                         : f->offset >= offsetof(struct hz_shm_counters, publishes) &&
+                               f->offset <= offsetof(struct hz_shm_counters, last_publish_mono_ns))
             continue;
         uint64_t v = get(&s->counters, f);
         if (f->kind == K_BYTES || f->kind == K_BYTES_GAUGE)
@@ -678,6 +867,7 @@ static void print_text(const struct seg *g, bool classes) {
         else
             printf("  %-24s %18" PRIu64 "\n", f->label, v);
     }
+    if (show_threads) print_threads_text(g);
     if (!classes) return;
     printf("\n  %5s %10s %16s %16s %14s %12s\n", "class", "size", "mallocs", "frees", "live",
            "live bytes");
@@ -717,6 +907,7 @@ static void json_header(const struct seg *g, const char *state) {
            s->layout_version, s->creation_id, s->start_time, uptime_of(s), age,
            (s->flags & HZ_SHM_FLAG_FINAL) ? "true" : "false",
            (s->flags & HZ_SHM_FLAG_NO_COUNTERS) ? "false" : "true");
+    printf(",\"live\":%s", g->live ? "true" : "false");
 }
 
 static void json_counters(const struct hz_shm_counters *c) {
@@ -750,6 +941,7 @@ static void print_json(const struct seg *g, bool classes) {
     json_header(g, "live");
     json_counters(&g->snap.counters);
     if (classes) json_classes(&g->snap);
+    if (show_threads) json_threads(g);
     printf("}\n");
 }
 
@@ -791,6 +983,7 @@ static void print_oneshot(const struct seg *g, bool classes) {
         if (shown(i))
             printf("%-28s %20" PRIu64 "  %s\n", fields[i].name, get(&s->counters, &fields[i]),
                    fields[i].desc);
+    if (show_threads) oneshot_threads(g);
     if (!classes) return;
     unsigned n = class_limit(s);
     for (unsigned c = 0; c < n; c++) {
@@ -1095,6 +1288,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     struct hz_shm_segment prev = g.snap;
+    bool prev_live = g.live;
     uint64_t prev_wall = now_ns(CLOCK_MONOTONIC);
     if (!json) print_rate_header();
     int lines = 0;
@@ -1109,13 +1303,14 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
         }
         uint64_t wall = now_ns(CLOCK_MONOTONIC);
         const struct hz_shm_counters *c = &g.snap.counters, *p = &prev.counters;
-        /* Rates over the time between the two publishes the counters came from.  The
-         * process publishes from its slow paths only: an interval without a publish
-         * (idle, or a steady state served by the fast paths alone) has no rates. */
-        double dt = c->last_publish_mono_ns > p->last_publish_mono_ns
+        double wall_dt = (double)(wall - prev_wall) / 1e9;
+        /* Live counters: rates over the time between the two reads.  Otherwise (some
+         * heaps without a slot) over the time between the two publishes the counters
+         * came from, and an interval without a publish has no rates. */
+        double dt = g.live && prev_live ? wall_dt
+                    : c->last_publish_mono_ns > p->last_publish_mono_ns
                         ? (double)(c->last_publish_mono_ns - p->last_publish_mono_ns) / 1e9
                         : 0;
-        double wall_dt = (double)(wall - prev_wall) / 1e9;
         ended = (g.snap.flags & HZ_SHM_FLAG_FINAL) || seg_liveness(&g, true, false) != ALIVE;
         if (json) {
             json_header(&g, ended ? "exited" : "live");
@@ -1171,6 +1366,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
         }
         fflush(stdout);
         prev = g.snap;
+        prev_live = g.live;
         prev_wall = wall;
     }
     if (ended) fprintf(stderr, "%s: process %ld has exited\n", prog, pid);
@@ -1471,6 +1667,7 @@ int main(int argc, char **argv) {
         {"count", required_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},
         {"classes", no_argument, NULL, 'c'},
+        {"threads", no_argument, NULL, 't'},
         {"fields", required_argument, NULL, 'f'},
         {"gc", no_argument, NULL, 'G'},
         {"prometheus", no_argument, NULL, 'P'},
@@ -1487,7 +1684,7 @@ int main(int argc, char **argv) {
     int c;
     opterr = 0;
     /* GNU getopt permutes: options may also follow the PID. */
-    while ((c = getopt_long(argc, argv, ":i:n:jcf:h1o:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":i:n:jctf:h1o:", longopts, NULL)) != -1) {
         switch (c) {
         case 'i': {
             char *end;
@@ -1506,6 +1703,7 @@ int main(int argc, char **argv) {
             break;
         case 'j': json = true; break;
         case 'c': classes = true; break;
+        case 't': show_threads = true; break;
         case 'f': {
             if (strspn(optarg, ",") == strlen(optarg))
                 return usage_error("-f needs counter names, got '%s'", optarg);
@@ -1542,14 +1740,15 @@ int main(int argc, char **argv) {
     if (optind < argc) return usage_error("unexpected argument: %s", argv[optind]);
 
     if (gc) {
-        if (pid_arg || have_interval || have_count || classes || json || oneshot ||
+        if (pid_arg || have_interval || have_count || classes || json || oneshot || show_threads ||
             prometheus || output || field_filter)
             return usage_error("--gc takes no other argument");
         return cmd_gc();
     }
     if (output && !prometheus) return usage_error("-o goes with --prometheus");
     if (prometheus) {
-        if (have_interval || have_count || classes || json || oneshot || field_filter)
+        if (have_interval || have_count || classes || json || oneshot || field_filter ||
+            show_threads)
             return usage_error("--prometheus takes only -o FILE and a PID");
         if (pid_arg && !parse_long(pid_arg, 1, INT_MAX, &pid))
             return usage_error("not a process id: '%s'", pid_arg);
@@ -1557,9 +1756,11 @@ int main(int argc, char **argv) {
     }
     if (oneshot && (have_interval || have_count || json))
         return usage_error("-1 does not go with -i, -n or -j");
+    if (show_threads && (have_interval || have_count))
+        return usage_error("-t does not go with -i or -n");
     if (pid_arg == NULL) {
-        if (have_interval || have_count || classes || oneshot || field_filter)
-            return usage_error("-i, -n, -c, -f and -1 need a PID");
+        if (have_interval || have_count || classes || oneshot || field_filter || show_threads)
+            return usage_error("-i, -n, -c, -t, -f and -1 need a PID");
         return cmd_list(json);
     }
     if (!parse_long(pid_arg, 1, INT_MAX, &pid))
