@@ -160,6 +160,9 @@ expect_rc "hzstat --prometheus" 0 $?
 check "  has peak mapped and metadata bytes" \
     grep -q "^hakozuna_peak_mapped{.*} $peak_mapped\$" "$tmp/p"
 check "  and metadata bytes" grep -q '^hakozuna_bytes_metadata{' "$tmp/p"
+check "  a remote-frees-sent sample per thread heap, the main thread's $sent" \
+    test "$(grep -c '^hakozuna_thread_remote_frees_sent_total{.*,slot="[0-9]*",tid="[0-9]*",state="running"} ' "$tmp/p")" -eq $((THREADS + 1)) -a \
+    "$(grep -c "^hakozuna_thread_remote_frees_sent_total{.*,tid=\"$main\",state=\"running\"} $sent\$" "$tmp/p")" -eq 1
 
 touch "$tmp/go"
 wait "$pid"

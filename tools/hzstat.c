@@ -608,7 +608,7 @@ static void seg_live(struct seg *g) {
     g->threads = LD(g->map->threads_used);
     if (g->threads > s->thread_slots) g->threads = s->thread_slots;
     if (g->threads > slots) g->threads = (uint32_t)slots;
-    if (LD(l->heaps_unlisted) != 0) return;
+    if ((c->heaps_unlisted = LD(l->heaps_unlisted)) != 0) return;
     uint64_t m[HZ_SHM_THREAD_CLASSES] = {0}, f[HZ_SHM_THREAD_CLASSES] = {0};
     uint64_t sent = 0, recv = 0, batches = 0, refills = 0, made = 0, retired = 0;
     for (uint32_t i = 0; i < g->threads; i++) {
@@ -651,7 +651,6 @@ static void seg_live(struct seg *g) {
     c->refills = refills;
     c->pages_made = made;
     c->pages_retired = retired;
-    c->heaps_unlisted = 0;
     g->live = true;
 }
 
@@ -1016,10 +1015,18 @@ static int cmd_oneshot(long pid, bool classes) {
  * HELP and one TYPE line, then its samples for every process, labelled with pid and
  * comm (and class and size for the per-class counters). */
 
+/* A thread heap's figures for Prometheus: mallocs, frees, remote sent, received. */
+struct prom_thread {
+    uint32_t slot, state;
+    uint64_t tid, v[4];
+};
+
 struct prom_proc {
     long pid;
     char comm[64];
     struct hz_shm_segment snap;
+    struct prom_thread *threads; /* malloc'd, nthreads of them */
+    uint32_t nthreads;
 };
 
 /* A label value: backslash, double quote and newline escaped, bytes that are not
@@ -1098,6 +1105,27 @@ static void prom_write(FILE *out, const struct prom_proc *procs, size_t n) {
         {"hakozuna_class_frees_total", "counter", "Frees per size class"},
         {"hakozuna_class_live_blocks", "gauge", "Blocks in use per size class"},
     };
+    static const struct {
+        const char *name, *help;
+    } thr[] = {
+        {"hakozuna_thread_mallocs_total", "Allocations per thread heap"},
+        {"hakozuna_thread_frees_total", "Frees by the threads of a thread heap"},
+        {"hakozuna_thread_remote_frees_sent_total", "Frees of other heaps' blocks, per heap"},
+        {"hakozuna_thread_remote_frees_recv_total",
+         "A heap's own blocks freed by other threads and taken back"},
+    };
+    for (unsigned j = 0; j < 4; j++) {
+        prom_head(out, thr[j].name, "counter", thr[j].help);
+        for (size_t i = 0; i < n; i++) {
+            for (uint32_t k = 0; k < procs[i].nthreads; k++) {
+                const struct prom_thread *t = &procs[i].threads[k];
+                fputs(thr[j].name, out);
+                prom_labels(out, &procs[i]);
+                fprintf(out, ",slot=\"%u\",tid=\"%" PRIu64 "\",state=\"%s\"} %" PRIu64 "\n",
+                        t->slot, t->tid, state_name(t->state), t->v[j]);
+            }
+        }
+    }
     for (unsigned j = 0; j < 3; j++) {
         prom_head(out, cls[j].name, cls[j].type, cls[j].help);
         for (size_t i = 0; i < n; i++) {
@@ -1133,6 +1161,15 @@ static int prom_take(struct prom_proc *p, long pid, bool quiet) {
     p->pid = pid;
     proc_comm(pid, p->comm, sizeof p->comm);
     memcpy(&p->snap, &g.snap, sizeof p->snap);
+    p->nthreads = 0;
+    p->threads = calloc(g.threads > 0 ? g.threads : 1, sizeof *p->threads);
+    for (uint32_t i = 0; p->threads != NULL && i < g.threads; i++) {
+        struct hz_shm_thread t;
+        thread_read(&g, i, &t);
+        if (t.state == 0) continue;
+        p->threads[p->nthreads++] = (struct prom_thread){
+            i, t.state, t.tid, {thread_mallocs(&t), thread_frees(&t), t.remote_sent, t.remote_recv}};
+    }
     seg_close(&g);
     return EXIT_OK;
 }
@@ -1197,6 +1234,7 @@ static int cmd_prometheus(long pid, const char *path) {
         }
         free(tmp);
     }
+    for (size_t i = 0; i < n; i++) free(procs[i].threads);
     free(procs);
     return rc;
 }
