@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_THREADS 64
+#define MAX_THREADS 512
 
 static long nblocks, bsize;
 static void **blocks;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_stats_live.sh - hzstat shows a process's counters as they are now, also when
 # the process sits idle (no allocator call since well before the read); the
-# per-thread view (hzstat -t) and the byte figures (committed, metadata, peaks).
+# per-thread view (hzstat -t, --prometheus), the byte figures (committed, metadata,
+# peaks), a fork child's own segment, and a process with more heaps than slots.
 #
 #   HZ_TOOLS_DIR        directory holding hzrun and hzstat (the build tree's tools/)
 #   HZRUN_LIBDIR        directory holding libhakozuna*.so.0 (default: HZ_TEST_LIBDIR)
@@ -167,4 +168,27 @@ check "  a remote-frees-sent sample per thread heap, the main thread's $sent" \
 touch "$tmp/go"
 wait "$pid"
 expect_rc "stats_idle exits normally" 0 $?
+
+# ------------------------------------------------ more heaps than slots
+# 300 workers and the main thread: 301 heaps, 256 slots.  The 45 others keep their
+# counters private; hzstat says so and shows the published figures.
+rm -f "$tmp/go"
+"$HZRUN" -v "$variant" --stats -- "$prog" "$tmp/go" 300 1 $SIZE 1 >"$tmp/out2" 2>"$tmp/err2" &
+pid=$!
+pids=$pid
+if wait_lines "$tmp/out2" '^ready' 1 "$pid" "$tmp/err2"; then
+    "$HZSTAT" -j -t "$pid" >"$tmp/u" 2>"$tmp/e"
+    expect_rc "hzstat -j -t of a process with 301 heaps" 0 $?
+    check "  not live: published figures" grep -q '"live":false' "$tmp/u"
+    check "  heaps_unlisted = 45" test "$(jnum heaps_unlisted "$tmp/u")" = 45
+    check "  256 thread heaps listed" test "$(tr '{' '\n' <"$tmp/u" | grep -c '"slot":')" -eq 256
+    "$HZSTAT" -t "$pid" >"$tmp/ut" 2>"$tmp/e"
+    check "  the text view says so" grep -q 'as last published (some heaps have no thread slot)' "$tmp/ut"
+    check "  and how many heaps are not listed" grep -q '(45 more heaps have no slot and are not listed)' "$tmp/ut"
+    touch "$tmp/go"
+    wait "$pid"
+    expect_rc "  stats_idle exits normally" 0 $?
+else
+    fail "stats_idle with 300 threads did not start"
+fi
 finish
