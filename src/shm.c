@@ -373,6 +373,16 @@ static bool remove_leftover(pid_t pid, uint64_t ns, uint64_t start) {
     return ok;
 }
 
+/* Size the new object behind fd and map it shared; MAP_FAILED on failure. */
+static void *map_new(int fd, size_t size) {
+    /* Reserve the blocks now: a full tmpfs must fail here, not as SIGBUS later. */
+    if (fallocate(fd, 0, 0, (off_t)size) != 0) {
+        if (errno != EOPNOTSUPP && errno != ENOSYS) return MAP_FAILED;
+        if (ftruncate(fd, (off_t)size) != 0) return MAP_FAILED;
+    }
+    return mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
 /* Make and map the segment of the calling process; false (and no file) on failure. */
 static bool shm_create(void) {
     pid_t pid = getpid();
@@ -387,13 +397,7 @@ static bool shm_create(void) {
     if (fd < 0) return false;
 
     size_t size = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size());
-    struct hz_shm_segment *s = MAP_FAILED;
-    /* Reserve the blocks now: a full tmpfs must fail here, not as SIGBUS later. */
-    if (fallocate(fd, 0, 0, (off_t)size) != 0) {
-        if (errno != EOPNOTSUPP && errno != ENOSYS) goto fail;
-        if (ftruncate(fd, (off_t)size) != 0) goto fail;
-    }
-    s = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct hz_shm_segment *s = map_new(fd, size);
     if (s == MAP_FAILED) goto fail;
     close(fd); /* the mapping is all we keep; no failure below */
 
@@ -425,7 +429,6 @@ static bool shm_create(void) {
     shm_pid = pid;
     return true;
 fail:
-    if (s != MAP_FAILED) munmap(s, size);
     unlink(shm_path);
     if (fd >= 0) close(fd);
     return false;
@@ -452,6 +455,7 @@ void hz_shm_start(void) {
         return;
     }
     if (!shm_create()) return;
+    hz_prof_start();
     pthread_atfork(NULL, NULL, shm_atfork_child);
     atomic_store_explicit(&next_publish_ms, hz_os_now_ms() + HZ_SHM_PUBLISH_MS,
                           memory_order_relaxed);
@@ -484,6 +488,7 @@ void hz_shm_tick_publish(void) { tick_slow(); }
 
 void hz_shm_stop(void) {
     exit_report();
+    hz_prof_stop();
     if (atomic_load_explicit(&hz_shm_on, memory_order_acquire) == 0) return;
     while (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) hz_os_yield();
     if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) && shm != NULL &&
@@ -494,4 +499,44 @@ void hz_shm_stop(void) {
     /* The mapping stays: a thread still running past exit may look at shm_on only. */
     atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);
     atomic_store_explicit(&publish_busy, 0, memory_order_release);
+}
+
+/* ------------------------------------------------------ companion segments
+ * What goes with the stats segment in a segment of its own (the heap profile,
+ * prof.c) is named like it plus a suffix and follows its rules: made only once the
+ * stats segment holds the name (so the name is ours), mode 0600, blocks reserved up
+ * front, no descriptor kept, the name removed at once by a process that may change
+ * its user id and at exit by the others; a fork child makes none. */
+static bool companion_path(char *path, size_t cap, const char *suffix) {
+    size_t n = strlen(shm_path), k = strlen(suffix);
+    if (shm == NULL || n + k + 1 > cap) return false;
+    memcpy(path, shm_path, n);
+    memcpy(path + n, suffix, k + 1);
+    return true;
+}
+
+/* Remove the companion name if it is a file of our user (ours, or one an earlier
+ * holder of our name left). */
+void hz_shm_companion_remove(const char *suffix) {
+    char path[sizeof shm_path + 16];
+    struct stat st;
+    if (companion_path(path, sizeof path, suffix) && lstat(path, &st) == 0 &&
+        S_ISREG(st.st_mode) && st.st_uid == geteuid())
+        unlink(path);
+}
+
+void *hz_shm_companion_create(const char *suffix, size_t size) {
+    char path[sizeof shm_path + 16];
+    if (!companion_path(path, sizeof path, suffix)) return NULL;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return NULL;
+    void *m = map_new(fd, size);
+    close(fd);
+    if (m == MAP_FAILED || shm_unnamed) unlink(path);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+const char *hz_shm_env_value(const char *name) { return env_value(name); }
+void hz_shm_env_warn(const char *name, const char *value, const char *what) {
+    warn_env_value(name, value, what);
 }
