@@ -15,10 +15,7 @@ set -u
 
 . "$(dirname "$0")/testlib.sh"
 
-if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
-    echo "SKIP: /dev/shm is not available"
-    exit 77
-fi
+need_shm
 
 tools=${HZ_TOOLS_DIR:-}
 if [ -z "$tools" ] || [ ! -f "$tools/hzrun" ]; then

@@ -14,30 +14,10 @@ set -u
 
 . "$(dirname "$0")/testlib.sh"
 
-if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
-    echo "SKIP: /dev/shm is not available"
-    exit 77
-fi
-
-tools=${HZ_TOOLS_DIR:-}
-if [ -z "$tools" ] || [ ! -x "$tools/hzstat" ] || [ ! -f "$tools/hzrun" ]; then
-    echo "FAIL: HZ_TOOLS_DIR must name the directory of hzstat and hzrun (got '${tools}')"
-    exit 1
-fi
-HZSTAT="$tools/hzstat"
-HZRUN="$tools/hzrun"
-HZRUN_LIBDIR=${HZRUN_LIBDIR:-${HZ_TEST_LIBDIR:-}}
-export HZRUN_LIBDIR
+need_shm
+need_tools
 prog=${HZ_STATS_PROG:-$tools/../tests/stats_prog}
-if [ ! -x "$prog" ]; then
-    echo "FAIL: stats_prog not found (HZ_STATS_PROG='$prog')"
-    exit 1
-fi
-case ${HZ_TEST_VARIANT:-hakozuna} in
-hakozuna) variant=default ;;
-hakozuna_*) variant=${HZ_TEST_VARIANT#hakozuna_} ;;
-*) variant=default ;;
-esac
+need_prog stats_prog "$prog"
 echo "hzstat: $HZSTAT, library variant: $variant, HZRUN_LIBDIR=$HZRUN_LIBDIR"
 
 # Only the processes started below publish stats.

@@ -28,6 +28,34 @@ wait_lines() { # FILE PATTERN COUNT PID ERRFILE : until FILE has COUNT lines mat
 segment_of() { # PID : the /dev/shm/hakozuna.* file the process maps, if any
     sed -n 's|.* \(/dev/shm/hakozuna\.[^ ]*\).*|\1|p' "/proc/$1/maps" 2>/dev/null | head -n 1
 }
+need_shm() { # the shared-memory tests skip (exit 77) where /dev/shm is unusable
+    if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
+        echo "SKIP: /dev/shm is not available"
+        exit 77
+    fi
+}
+need_tools() { # sets HZSTAT, HZRUN, HZRUN_LIBDIR (exported) from HZ_TOOLS_DIR and
+    # HZ_TEST_LIBDIR, and `variant`, hzrun's name for HZ_TEST_VARIANT; fails without them
+    tools=${HZ_TOOLS_DIR:-}
+    if [ -z "$tools" ] || [ ! -x "$tools/hzstat" ] || [ ! -f "$tools/hzrun" ]; then
+        echo "FAIL: HZ_TOOLS_DIR must name the directory of hzstat and hzrun (got '${tools}')"
+        exit 1
+    fi
+    HZSTAT="$tools/hzstat"
+    HZRUN="$tools/hzrun"
+    HZRUN_LIBDIR=${HZRUN_LIBDIR:-${HZ_TEST_LIBDIR:-}}
+    export HZRUN_LIBDIR
+    case ${HZ_TEST_VARIANT:-hakozuna} in
+    hakozuna_*) variant=${HZ_TEST_VARIANT#hakozuna_} ;;
+    *) variant=default ;;
+    esac
+}
+need_prog() { # NAME PATH : fails the test unless PATH is an executable program
+    if [ ! -x "$2" ]; then
+        echo "FAIL: $1 not found ('$2')"
+        exit 1
+    fi
+}
 finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
