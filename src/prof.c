@@ -27,6 +27,7 @@
  * it locked.  A fork child drops the mapping and does not profile: the blocks it
  * inherited stay valid and free normally.
  */
+#include <errno.h>
 #include <execinfo.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -37,6 +38,11 @@
 
 static _Atomic uint64_t prof_rate;                   /* 0: off */
 static struct hz_prof_segment *_Atomic prof_seg;      /* NULL: nothing to update */
+/* Sampled blocks alive, each a mapping of its own: past HZ_PROF_MAX_LIVE (8 GiB of
+ * live heap at the default rate) samples are counted as lost instead, so that the
+ * profile never takes the process near vm.max_map_count (65530 by default). */
+#define HZ_PROF_MAX_LIVE 16384
+static _Atomic uint32_t live_samples;
 
 HZ_INLINE struct hz_prof_trace *trace_at(struct hz_prof_segment *s, uint32_t i) {
     return (struct hz_prof_trace *)((char *)s + s->header_size) + i;
@@ -134,16 +140,28 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
     struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
     hz_heap_t *heap = hz_tls_heap;
     if (s == NULL) return NULL;
+    ADD(s->samples, 1);
+    if (atomic_fetch_add_explicit(&live_samples, 1, memory_order_relaxed) >= HZ_PROF_MAX_LIVE) {
+        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+        ADD(s->samples_lost, 1);
+        return NULL; /* allocated normally */
+    }
+    int saved_errno = errno; /* the unwinder and the mapping may set it: invisible */
     void *frames[HZ_PROF_MAX_FRAMES + 1];
     heap->sampling = true; /* what the unwinder allocates is not sampled */
     int n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
     void *p = hz_large_alloc(size, alignment, zero);
     heap->sampling = false;
-    if (p == NULL) return NULL;
+    errno = saved_errno;
+    if (p == NULL) {
+        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+        ADD(s->samples_lost, 1);
+        return NULL;
+    }
     hz_large_t *h = hz_large_header(p);
+    h->sample = UINT32_MAX; /* a sample, in no trace yet */
     /* frames[0] is this function. */
     uint32_t slot = n > 1 ? trace_slot(s, frames + 1, n - 1) : s->trace_capacity;
-    ADD(s->samples, 1);
     if (slot == s->trace_capacity) {
         ADD(s->samples_lost, 1);
         return p; /* served as a sample all the same: free needs no special case */
@@ -162,7 +180,9 @@ void hz_prof_release(hz_large_t *h) {
     struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
     uint32_t slot = h->sample - 1;
     h->sample = 0;
-    if (s == NULL || slot >= s->trace_capacity) return; /* a fork child's, or lost */
+    if (s == NULL) return; /* a fork child's */
+    atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+    if (slot >= s->trace_capacity) return; /* in no trace: the table was full */
     struct hz_prof_trace *t = trace_at(s, slot);
     SUB(t->live_count, 1);
     SUB(t->live_bytes, h->sample_size);

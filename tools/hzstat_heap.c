@@ -297,7 +297,7 @@ static void print_sites(const struct hz_prof_segment *h, struct proc_maps *pm, l
     printf("heap profile of process %ld: one sample per %s allocated on average\n", pid,
            bytes_text((double)h->sample_rate, b1, sizeof b1));
     printf("samples: %" PRIu64 " live, %" PRIu64 " taken, %" PRIu64
-           " not recorded (table full)\n",
+           " not recorded\n",
            live, h->samples, h->samples_lost);
     printf("estimated live: %s in %.0f blocks\n", bytes_text(total, b2, sizeof b2), blocks);
     long shown = 0;
