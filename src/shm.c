@@ -510,7 +510,7 @@ void hz_shm_stop(void) {
 static bool companion_path(char *path, size_t cap, const char *suffix) {
     size_t n = strlen(shm_path), k = strlen(suffix);
     if (shm == NULL || n + k + 1 > cap) return false;
-    memcpy(path, shm_path, n);
+    memcpy(path, shm_path, n + 1);
     memcpy(path + n, suffix, k + 1);
     return true;
 }
