@@ -4,7 +4,7 @@
  * Budget: malloc is a TLS load, a table load and a list pop (about a dozen
  * instructions); free is a segment-map probe, a page lookup, an owner compare and a
  * list push (about twenty).  Anything else leaves through one non-inlined call.
- * Both pay the heap profile's countdown on malloc: a subtract and a branch (prof.c).
+ * malloc also pays the heap profile's countdown: a subtract and a branch (prof.c).
  * Hardening (freelist.h) adds a link check and a cleared link word to malloc, and a
  * block-start check and the link encoding to free.
  */
