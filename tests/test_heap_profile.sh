@@ -27,7 +27,7 @@ unset HAKOZUNA_STATS HAKOZUNA_PROFILE
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hz-heap.XXXXXX") || exit 1
 pids=
 cleanup() {
-    touch "$tmp/go1" "$tmp/go2" 2>/dev/null
+    touch "$tmp/go1" "$tmp/go2" "$tmp/u/go1" "$tmp/u/go2" 2>/dev/null
     for p in $pids; do kill -9 "$p" 2>/dev/null; done
     rm -rf "$tmp"
 }
@@ -112,6 +112,37 @@ if start on --profile; then
         sh -c "! ls /dev/shm 2>/dev/null | grep -Eq '^hakozuna\.([0-9]+\.)?$pid\.heap\$'"
 else
     fail "prof_prog with --profile"
+fi
+
+# ----------------------------------------------- a process that keeps its names
+# Root's processes remove their segments' names at once (they may change user);
+# an ordinary user's keep /dev/shm/hakozuna.PID and hakozuna.PID.heap, which its
+# own hzstat reads, and which hzstat --gc removes together once it is killed.
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1 &&
+    as_nobody test -x "$prog" && as_nobody "$HZSTAT" --version >/dev/null 2>&1; then
+    mkdir -p "$tmp/u" && chmod 755 "$tmp" "$tmp/u"
+    setpriv --reuid=65534 --regid=65534 --clear-groups \
+        "$HZRUN" -v "$variant" --profile -- "$prog" "$tmp/u" 8 >"$tmp/u.out" 2>"$tmp/u.err" &
+    pid=$!
+    pids="$pids $pid"
+    if wait_lines "$tmp/u.out" '^phase1' 1 "$pid" "$tmp/u.err"; then
+        pid=$(sed -n 's/^phase1 pid=\([0-9]*\) .*/\1/p' "$tmp/u.out") # setpriv and hzrun exec it
+        named=$(ls /dev/shm | grep -E "^hakozuna\.([0-9]+\.)?$pid\.heap\$")
+        check "an ordinary user's profile keeps its name" [ -n "$named" ]
+        as_nobody "$HZSTAT" --heap -n 1 "$pid" >"$tmp/u.heap" 2>&1
+        expect_rc "hzstat --heap as that user" 0 $?
+        check "it names the planted site" grep -q 'hz_planted_site+' "$tmp/u.heap"
+        kill -9 "$pid"
+        wait "$pid" 2>/dev/null
+        "$HZSTAT" --gc >/dev/null 2>&1
+        check "hzstat --gc removes the killed process's profile with its counters" \
+            sh -c "! ls /dev/shm | grep -Eq '^hakozuna\.([0-9]+\.)?$pid(\.heap)?\$'"
+    else
+        fail "prof_prog as nobody"
+    fi
+else
+    skip "named segments: not root, no setpriv, or the build not reachable by nobody"
 fi
 
 # ------------------------------------------------------- another sampling rate
