@@ -63,6 +63,24 @@ void *hz_alloc_slow(size_t size) {
     return alloc_class(hz_size_class(size), &zero);
 }
 
+/* Behind hz_alloc_fast: the heap profile's countdown ran out (prof.c). */
+void *hz_alloc_sampled(size_t size) {
+    if (hz_sample_take(hz_tls_heap)) {
+        bool zero;
+        void *p = hz_prof_alloc(size, 0, &zero);
+        if (p != NULL) return p;
+    }
+    return hz_alloc_slow(size);
+}
+
+/* calloc and the aligned allocations count down for the heap profile too: a sampled
+ * block of size bytes, or NULL when this one is not sampled. */
+static void *maybe_sampled(size_t size, size_t alignment, bool *zero) {
+    hz_heap_t *heap = hz_tls_heap;
+    if (hz_likely(!hz_sample_due(heap, size)) || !hz_sample_take(heap)) return NULL;
+    return hz_prof_alloc(size, alignment, zero);
+}
+
 /* Behind hz_page_pop: a link that leaves the segment (checked by hz_link_far). */
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) {
     return hz_page_take(heap, page, block, hz_link_far(page, block, rel));
@@ -102,6 +120,10 @@ void *hz_calloc_impl(size_t count, size_t size) {
     if (__builtin_mul_overflow(count, size, &total)) {
         errno = ENOMEM;
         return NULL;
+    }
+    if ((p = maybe_sampled(total, 0, &zero)) != NULL) {
+        if (!zero) memset(p, 0, total);
+        return p;
     }
     if (total <= HZ_MEDIUM_MAX) {
         p = alloc_class(hz_size_class(total), &zero);
@@ -198,12 +220,13 @@ void *hz_realloc_impl(void *p, size_t size) {
 /* alignment: a power of two. */
 void *hz_aligned_impl(size_t alignment, size_t size) {
     if (alignment <= HZ_ALIGNMENT) return hz_alloc_fast(size);
+    bool zero;
+    void *p = maybe_sampled(size, alignment, &zero);
+    if (p != NULL) return p;
     if (alignment <= HZ_ALIGNED_CLASS_MAX) {
         unsigned cls = hz_aligned_class(size, alignment);
-        bool zero;
         if (cls != 0) return alloc_class(cls, &zero);
     }
-    bool zero;
     return large_alloc(size, alignment, &zero);
 }
 

@@ -4,6 +4,7 @@
  * Budget: malloc is a TLS load, a table load and a list pop (about a dozen
  * instructions); free is a segment-map probe, a page lookup, an owner compare and a
  * list push (about twenty).  Anything else leaves through one non-inlined call.
+ * malloc also pays the heap profile's countdown: a subtract and a branch (prof.c).
  * Hardening (freelist.h) adds a link check and a cleared link word to malloc, and a
  * block-start check and the link encoding to free.
  */
@@ -33,6 +34,9 @@ HZ_INLINE void *hz_page_pop(hz_heap_t *heap, hz_page_t *page, void *block) {
 HZ_INLINE void *hz_alloc_fast(size_t size) {
     hz_heap_t *heap = hz_tls_heap;
     hz_page_t *page;
+    /* The heap profile's countdown, for every size: one subtract on memory and a
+     * branch taken only when a sample may be due (profiling off: every 2^62 bytes). */
+    if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(size);
     if (hz_likely(size <= HZ_DIRECT_MAX))
         page = heap->direct[(size + 15) >> 4];
     else if (hz_likely(size <= HZ_MEDIUM_MAX))

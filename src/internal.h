@@ -313,6 +313,40 @@ size_t hz_usable_size_impl(const void *p) HZ_HIDDEN;
 void *hz_aligned_impl(size_t alignment, size_t size) HZ_HIDDEN;
 int hz_trim_impl(void) HZ_HIDDEN;
 
+/* ------------------------------------------------------ heap profile (prof.c)
+ * Every malloc subtracts its size from its heap's sample_left; the one that would take
+ * it below zero leaves the fast path for hz_alloc_sampled, which either samples it
+ * (serves it from the large path, whose free already leaves the free fast path, with
+ * its call stack recorded) or, with profiling off, resets the countdown to
+ * HZ_SAMPLE_NEVER and allocates normally. */
+#define HZ_SAMPLE_NEVER ((uint64_t)1 << 62)
+/* heap->sample_left -= size; true when that would go below zero (then the
+ * countdown holds garbage until hz_sample_take resets it). */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+HZ_INLINE bool hz_sample_due(hz_heap_t *heap, size_t size) {
+    bool borrow; /* the carry flag of the subtract: the compiler branches on it */
+    __asm__("subq %2, %0" : "+m"(heap->sample_left), "=@ccb"(borrow) : "r"(size));
+    return borrow;
+}
+#else
+HZ_INLINE bool hz_sample_due(hz_heap_t *heap, size_t size) {
+    uint64_t left = atomic_load_explicit(&heap->sample_left, memory_order_relaxed);
+    if (hz_unlikely(size > left)) return true;
+    atomic_store_explicit(&heap->sample_left, left - size, memory_order_relaxed);
+    return false;
+}
+#endif
+/* After hz_sample_due: resets the countdown, true when this allocation is a sample. */
+bool hz_sample_take(hz_heap_t *heap) HZ_HIDDEN;
+/* A sampled block (NULL: allocate it normally); *zero as hz_large_alloc's. */
+void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) HZ_HIDDEN;
+/* A sampled block is freed: take it out of the live profile. */
+void hz_prof_release(hz_large_t *h) HZ_HIDDEN;
+void *hz_alloc_sampled(size_t size) HZ_HIDDEN;
+/* After the stats segment is made: start profiling if HAKOZUNA_PROFILE asks. */
+void hz_prof_start(void) HZ_HIDDEN;
+void hz_prof_stop(void) HZ_HIDDEN;
+
 /* ------------------------------------------------- shared-memory export (shm.c) */
 void hz_shm_start(void) HZ_HIDDEN;
 void hz_shm_stop(void) HZ_HIDDEN;
@@ -325,6 +359,12 @@ void hz_shm_attach(hz_heap_t *heap) HZ_HIDDEN;
 HZ_INLINE struct hz_shm_thread *hz_heap_slot(hz_heap_t *heap) {
     return (struct hz_shm_thread *)((char *)heap - offsetof(struct hz_shm_thread, mallocs));
 }
+/* Companion segments (prof.c's): named like the stats segment plus suffix, made by
+ * the same rules (see shm.c); a zeroed shared mapping of size bytes, or NULL. */
+void *hz_shm_companion_create(const char *suffix, size_t size) HZ_HIDDEN;
+void hz_shm_companion_remove(const char *suffix) HZ_HIDDEN;
+const char *hz_shm_env_value(const char *name) HZ_HIDDEN;
+void hz_shm_env_warn(const char *name, const char *value, const char *what) HZ_HIDDEN;
 /* From slow paths (never under heaps_lock): publish if due.  Inline, so that with
  * stats off it is one load and a branch. */
 HZ_INLINE void hz_shm_tick(void) {

@@ -122,6 +122,7 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     h->map_size = map_size;
     h->user = user;
     h->usable = map_size - offset - guard;
+    h->sample = 0;
 #if HZ_HARDENED
     hz_os_guard(user - guard, guard);
     hz_os_guard(base + map_size - guard, guard);
@@ -137,6 +138,7 @@ void hz_large_free(hz_large_t *h) {
     size_t map_size = h->map_size;
     hz_gstat_add(large_frees, 1);
     hz_gstat_sub(large_bytes, h->usable);
+    if (h->sample != 0) hz_prof_release(h);
     hz_segmap_set(h, HZ_SEG_NONE); /* a second free of it now reads as foreign */
     h->magic = 0;
     bool plain = h->user == base + HZ_LARGE_HEADER;

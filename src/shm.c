@@ -388,6 +388,16 @@ static bool remove_leftover(pid_t pid, uint64_t ns, uint64_t start) {
     return ok;
 }
 
+/* Size the new object behind fd, its first `reserve` bytes allocated now (a full
+ * tmpfs must fail here, not as SIGBUS later; the rest stays sparse), and map it
+ * shared; MAP_FAILED on failure. */
+static void *map_new(int fd, size_t reserve, size_t size) {
+    if (fallocate(fd, 0, 0, (off_t)reserve) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+        return MAP_FAILED;
+    if (ftruncate(fd, (off_t)size) != 0) return MAP_FAILED;
+    return mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
 /* Make and map the segment of the calling process (shm); false (and no file) on failure. */
 static bool shm_create(void) {
     pid_t pid = getpid();
@@ -404,13 +414,8 @@ static bool shm_create(void) {
     size_t stride = hz_os_kernel_page_size();
     size_t head = hz_align_up(sizeof(struct hz_shm_segment), hz_os_page_size());
     size_t size = head + HZ_SHM_MAX_THREADS * stride;
-    struct hz_shm_segment *s = MAP_FAILED;
-    /* Reserve the header's blocks now: a full tmpfs must fail here, not as SIGBUS
-     * later.  The thread slots stay sparse until taken (claim_slot). */
-    if (fallocate(fd, 0, 0, (off_t)head) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
-        goto fail;
-    if (ftruncate(fd, (off_t)size) != 0) goto fail;
-    s = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* The thread slots stay sparse until taken (claim_slot). */
+    struct hz_shm_segment *s = map_new(fd, head, size);
     if (s == MAP_FAILED) goto fail;
     close(fd); /* the mapping is all we keep; no failure below */
 
@@ -446,7 +451,6 @@ static bool shm_create(void) {
     shm_pid = pid;
     return true;
 fail:
-    if (s != MAP_FAILED) munmap(s, size);
     unlink(shm_path);
     if (fd >= 0) close(fd);
     return false;
@@ -588,6 +592,7 @@ void hz_shm_start(void) {
     }
     if (!shm_create()) return;
     move_in(); /* heaps made before the segment */
+    hz_prof_start();
     atomic_store_explicit(&next_publish_ms, hz_os_now_ms() + HZ_SHM_PUBLISH_MS,
                           memory_order_relaxed);
     atomic_store_explicit(&hz_shm_on, 1, memory_order_release);
@@ -622,6 +627,7 @@ void hz_shm_tick_publish(void) { tick_slow(); }
 
 void hz_shm_stop(void) {
     exit_report();
+    hz_prof_stop();
     if (atomic_load_explicit(&hz_shm_on, memory_order_acquire) == 0) return;
     while (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) hz_os_yield();
     if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) && shm != NULL &&
@@ -632,4 +638,44 @@ void hz_shm_stop(void) {
     /* The mapping stays: a thread still running past exit may look at shm_on only. */
     atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);
     atomic_store_explicit(&publish_busy, 0, memory_order_release);
+}
+
+/* ------------------------------------------------------ companion segments
+ * What goes with the stats segment in a segment of its own (the heap profile,
+ * prof.c) is named like it plus a suffix and follows its rules: made only once the
+ * stats segment holds the name (so the name is ours), mode 0600, blocks reserved up
+ * front, no descriptor kept, the name removed at once by a process that may change
+ * its user id and at exit by the others; a fork child makes none. */
+static bool companion_path(char *path, size_t cap, const char *suffix) {
+    size_t n = strlen(shm_path), k = strlen(suffix);
+    if (shm == NULL || n + k + 1 > cap) return false;
+    memcpy(path, shm_path, n + 1);
+    memcpy(path + n, suffix, k + 1);
+    return true;
+}
+
+/* Remove the companion name if it is a file of our user (ours, or one an earlier
+ * holder of our name left). */
+void hz_shm_companion_remove(const char *suffix) {
+    char path[sizeof shm_path + 16];
+    struct stat st;
+    if (companion_path(path, sizeof path, suffix) && lstat(path, &st) == 0 &&
+        S_ISREG(st.st_mode) && st.st_uid == geteuid())
+        unlink(path);
+}
+
+void *hz_shm_companion_create(const char *suffix, size_t size) {
+    char path[sizeof shm_path + 16];
+    if (!companion_path(path, sizeof path, suffix)) return NULL;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return NULL;
+    void *m = map_new(fd, size, size);
+    close(fd);
+    if (m == MAP_FAILED || shm_unnamed) unlink(path);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+const char *hz_shm_env_value(const char *name) { return env_value(name); }
+void hz_shm_env_warn(const char *name, const char *value, const char *what) {
+    warn_env_value(name, value, what);
 }

@@ -261,6 +261,9 @@ enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_S
  * slot's header (struct hz_shm_thread). */
 typedef struct hz_heap {
     hz_heap_stats_t stats;
+    /* Bytes to allocate before the next look at the heap profile (prof.c): the fast
+     * path subtracts every request's size and leaves when it would go below zero. */
+    _Atomic uint64_t sample_left;
     hz_page_t *direct[HZ_DIRECT_SLOTS]; /* (size+15)/16 -> page to allocate from */
     hz_page_t *current[HZ_CLASSES];     /* class -> page to allocate from */
     hz_page_queue_t queues[HZ_CLASSES]; /* pages with free blocks, current first */
@@ -280,6 +283,8 @@ typedef struct hz_heap {
     _Atomic int state;                  /* read by threads that free into this heap */
     int busy;                           /* owner inside a slow path (fork checks it) */
     bool forked;                        /* kept by a fork child's thread (heap.c) */
+    bool sampling;                      /* taking a heap-profile sample (prof.c) */
+    uint64_t sample_rng;                /* the sampler's xorshift state, 0 until seeded */
     size_t listed_dirty;                /* dirty_bytes counted while on the abandoned list */
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
@@ -302,8 +307,12 @@ typedef struct hz_large {
     size_t map_size;     /* bytes mapped */
     void *user;          /* the pointer handed out */
     size_t usable;       /* bytes from user to the end of the mapping */
+    uint32_t sample;     /* heap profile (prof.c): its trace's slot + 1, 0 if not sampled */
+    uint32_t reserved;
+    size_t sample_size;  /* the size requested when it was sampled */
 } hz_large_t;
 #define HZ_LARGE_MAGIC 0x687a6c617267650aULL
 #define HZ_LARGE_HEADER 64
+_Static_assert(sizeof(hz_large_t) <= HZ_LARGE_HEADER, "large header too big");
 
 #endif /* HZ_TYPES_H */

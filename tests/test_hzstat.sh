@@ -19,10 +19,7 @@ need_dev_shm
 hz_tools
 tools=$HZ_TOOLS_DIR
 prog=${HZ_STATS_PROG:-$tools/../tests/stats_prog}
-if [ ! -x "$prog" ]; then
-    echo "FAIL: stats_prog not found (HZ_STATS_PROG='$prog')"
-    exit 1
-fi
+need_prog stats_prog "$prog"
 variant=$(hzrun_variant)
 echo "hzstat: $HZSTAT, library variant: $variant, HZRUN_LIBDIR=$HZRUN_LIBDIR"
 

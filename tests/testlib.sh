@@ -51,6 +51,12 @@ hzrun_variant() { # the hzrun -v name of the library tests/preload.sh set (HZ_TE
     *) echo default ;;
     esac
 }
+need_prog() { # NAME PATH : fails the test unless PATH is an executable program
+    if [ ! -x "$2" ]; then
+        echo "FAIL: $1 not found ('$2')"
+        exit 1
+    fi
+}
 finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]

@@ -14,6 +14,7 @@
  *   hzstat -f F[,F...] ...      only the named counters (-1, -j, -i, snapshot)
  *   hzstat --prometheus [-o FILE] [PID]  node_exporter textfile format
  *   hzstat --gc                 remove segments of processes that are gone
+ *   hzstat --heap [-n N] [-o FILE] PID  the sampled live heap (hzstat_heap.c)
  */
 #define _GNU_SOURCE 1
 
@@ -35,7 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hakozuna_prof.h"
 #include "hakozuna_shm.h"
+#include "hzstat_heap.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -88,7 +91,11 @@ static void usage(FILE *out) {
             "  -1                  one line per counter: name, value, description\n"
             "      --prometheus    node_exporter textfile format, of PID or of every live\n"
             "                      process that publishes stats\n"
-            "  -o, --output FILE   with --prometheus: write FILE.tmp, then rename it to FILE\n"
+            "  -o, --output FILE   with --prometheus: write FILE.tmp, then rename it to FILE;\n"
+            "                      with --heap: write a heap profile pprof reads\n"
+            "      --heap          the top allocation sites of PID by live bytes (sampled;\n"
+            "                      -n N: how many, default 10), when it runs with\n"
+            "                      HAKOZUNA_PROFILE=1 (hzrun --profile)\n"
             "      --gc            remove segments left by processes that are gone\n"
             "      --version       print the version and the segment layout it reads\n"
             "  -h, --help          this help\n"
@@ -118,6 +125,7 @@ static int usage_error(const char *fmt, ...) {
     fprintf(stderr,
             "Usage: %s [-j] [-c] [-t] [-1] [-f FIELDS] [-i SEC [-n N]] [PID]\n"
             "       | --prometheus [-o FILE] [PID]\n"
+            "       | --heap [-n N] [-o FILE] PID\n"
             "       | --gc | --version | --help\n"
             "Run '%s --help' for more.\n",
             prog, prog);
@@ -965,6 +973,32 @@ static int open_live(struct seg *g, long pid) {
     return EXIT_OK;
 }
 
+/* --heap: the profile segment goes with the stats segment, named like it (or, when
+ * that has no name, found the same way through the process's maps). */
+static int cmd_heap(long pid, long top, const char *output) {
+    struct seg g;
+    int rc = open_live(&g, pid);
+    if (rc != EXIT_OK) return rc;
+    char path[sizeof g.path + sizeof HZ_PROF_SUFFIX];
+    snprintf(path, sizeof path, "%s%s", g.path, HZ_PROF_SUFFIX);
+    int fd = g.unnamed ? open_unnamed(pid, path)
+                       : open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    seg_close(&g);
+    if (fd < 0 && errno == ENOENT) {
+        msg("process %ld records no heap profile (%s)", pid, path);
+        fprintf(stderr, "hint: start it with `hzrun --profile CMD` or with HAKOZUNA_STATS=1 "
+                        "HAKOZUNA_PROFILE=1 in its environment\n");
+        return EXIT_NOSEG;
+    }
+    if (fd < 0) {
+        msg("%s: %s", path, strerror(errno));
+        return errno == EACCES || errno == EPERM ? EXIT_PERM : EXIT_ERROR;
+    }
+    rc = hzstat_heap(fd, path, pid, top, output);
+    close(fd);
+    return rc;
+}
+
 static int cmd_snapshot(long pid, bool json, bool classes) {
     struct seg g;
     int rc = open_live(&g, pid);
@@ -1673,6 +1707,9 @@ static int cmd_gc(void) {
                                              : foreign_liveness(&g, have);
         seg_close(&g);
         if (lv == ALIVE) continue;
+        char heap_path[sizeof g.path + sizeof HZ_PROF_SUFFIX]; /* its heap profile, if any */
+        snprintf(heap_path, sizeof heap_path, "%s%s", g.path, HZ_PROF_SUFFIX);
+        unlink(heap_path);
         if (unlink(g.path) == 0) {
             printf("removed %s (%s)\n", g.path, liveness_text[lv]);
             removed++;
@@ -1710,6 +1747,7 @@ int main(int argc, char **argv) {
         {"gc", no_argument, NULL, 'G'},
         {"prometheus", no_argument, NULL, 'P'},
         {"output", required_argument, NULL, 'o'},
+        {"heap", no_argument, NULL, 'H'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1717,7 +1755,7 @@ int main(int argc, char **argv) {
     double interval = 0;
     long count = 0, pid = 0;
     bool json = false, classes = false, gc = false, have_interval = false, have_count = false;
-    bool oneshot = false, prometheus = false;
+    bool oneshot = false, prometheus = false, heap = false;
     const char *output = NULL;
     int c;
     opterr = 0;
@@ -1759,6 +1797,7 @@ int main(int argc, char **argv) {
         case 'G': gc = true; break;
         case '1': oneshot = true; break;
         case 'P': prometheus = true; break;
+        case 'H': heap = true; break;
         case 'o': output = optarg; break;
         case 'V':
             printf("hzstat (hakozuna) %s, stats segment layout %u\n", PACKAGE_VERSION,
@@ -1779,11 +1818,20 @@ int main(int argc, char **argv) {
 
     if (gc) {
         if (pid_arg || have_interval || have_count || classes || json || oneshot || show_threads ||
-            prometheus || output || field_filter)
+            prometheus || output || field_filter || heap)
             return usage_error("--gc takes no other argument");
         return cmd_gc();
     }
-    if (output && !prometheus) return usage_error("-o goes with --prometheus");
+    if (heap) {
+        if (have_interval || classes || json || oneshot || prometheus || field_filter ||
+            show_threads)
+            return usage_error("--heap takes only -n N, -o FILE and a PID");
+        if (pid_arg == NULL) return usage_error("--heap needs a PID");
+        if (!parse_long(pid_arg, 1, INT_MAX, &pid))
+            return usage_error("not a process id: '%s'", pid_arg);
+        return cmd_heap(pid, have_count ? count : 10, output);
+    }
+    if (output && !prometheus) return usage_error("-o goes with --prometheus or --heap");
     if (prometheus) {
         if (have_interval || have_count || classes || json || oneshot || field_filter ||
             show_threads)

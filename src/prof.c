@@ -1,0 +1,250 @@
+/* prof.c - the sampled heap profile, live in a shared-memory segment.
+ *
+ * On with HAKOZUNA_STATS=1 and HAKOZUNA_PROFILE=1 (or =<bytes>: the mean sampling
+ * interval) when the stats segment could be made; include/hakozuna_prof.h describes
+ * the segment, docs/OBSERVABILITY.md the tool (hzstat --heap).
+ *
+ * Trigger: each heap counts down the bytes it allocates (heap->sample_left, paid on
+ * the malloc fast path as one subtract on memory and a branch).  When the countdown
+ * runs out, hz_sample_take draws the next interval, exponentially distributed with
+ * mean rate bytes, so that an allocation of s bytes is sampled with probability
+ * 1 - exp(-s / rate) whatever the sizes around it (as tcmalloc and jemalloc do).
+ * With profiling off the countdown is reset to HZ_SAMPLE_NEVER (2^62 bytes).
+ *
+ * A sampled block is served by the large path (large.c) with its trace's slot in its
+ * header: its segment-map entry is HZ_SEG_LARGE, never a heap, so free already
+ * leaves the free fast path for it (hz_free_other) and the fast path pays nothing.
+ * realloc, malloc_usable_size and frees from any thread work as for any large
+ * block; only where it sits differs, which the program cannot tell.  A small sample
+ * costs one page of memory and one mapping while it lives (or one from the large
+ * cache), at a rate of one per `rate` bytes allocated.
+ *
+ * The stack is taken with glibc's backtrace(), which loads libgcc_s (allocating) on
+ * its first use: that first use happens at start, before sampling is on, and the
+ * heap's `sampling` flag makes any allocation the unwinder makes while sampling a
+ * plain one.  The table of traces is lock-free (a slot is claimed with one
+ * compare-and-swap, its counts are atomic adds), so a fork or a signal never finds
+ * it locked.  A fork child drops the mapping and does not profile: the blocks it
+ * inherited stay valid and free normally.
+ */
+#include <errno.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "hakozuna_prof.h"
+
+static _Atomic uint64_t prof_rate;                   /* 0: off */
+static struct hz_prof_segment *_Atomic prof_seg;      /* NULL: nothing to update */
+/* Sampled blocks alive, each a mapping of its own: past HZ_PROF_MAX_LIVE (8 GiB of
+ * live heap at the default rate) samples are counted as lost instead, so that the
+ * profile never takes the process near vm.max_map_count (65530 by default). */
+#define HZ_PROF_MAX_LIVE 16384
+static _Atomic uint32_t live_samples;
+
+HZ_INLINE struct hz_prof_trace *trace_at(struct hz_prof_segment *s, uint32_t i) {
+    return (struct hz_prof_trace *)((char *)s + s->header_size) + i;
+}
+
+/* ------------------------------------------------------------ intervals */
+
+static uint64_t rng_next(hz_heap_t *heap) { /* xorshift64* */
+    uint64_t x = heap->sample_rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    heap->sample_rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* -ln(u) * mean for u uniform in (0, 1], without libm: log2 of a 52-bit integer v is
+ * its top bit's position plus log2(1 + f), f in [0, 1), which f * (1.3465 - 0.3465 f)
+ * approximates within 0.5 %. */
+static uint64_t next_interval(hz_heap_t *heap, uint64_t mean) {
+    uint64_t v = (rng_next(heap) >> 12) | 1; /* 1 .. 2^52 - 1 */
+    unsigned k = 63u - (unsigned)__builtin_clzll(v);
+    double f = (double)(v - ((uint64_t)1 << k)) / (double)((uint64_t)1 << k);
+    double log2v = (double)k + f * (1.3465 - 0.3465 * f);
+    double x = (52.0 - log2v) * 0.6931471805599453 * (double)mean;
+    return x < 1.0 ? 1 : (uint64_t)x;
+}
+
+bool hz_sample_take(hz_heap_t *heap) {
+    if (heap == &hz_empty_heap || heap == &hz_exiting_heap) return false; /* shared */
+    uint64_t rate = atomic_load_explicit(&prof_rate, memory_order_relaxed);
+    if (hz_likely(rate == 0)) {
+        atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
+        return false;
+    }
+    /* A new heap starts at 0: the first interval is drawn, not taken as a sample. */
+    bool first = heap->sample_rng == 0;
+    if (first) heap->sample_rng = ((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms() ^ 1;
+    atomic_store_explicit(&heap->sample_left, next_interval(heap, rate), memory_order_relaxed);
+    return !first && !heap->sampling;
+}
+
+/* ------------------------------------------------------------ the table */
+
+static uint64_t trace_hash(void *const *frames, int n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)(uintptr_t)frames[i];
+        h *= 0x100000001b3ULL;
+        h ^= h >> 29;
+    }
+    return h < 2 ? h + 2 : h;
+}
+
+static bool same_frames(const struct hz_prof_trace *t, void *const *frames, int n) {
+    if (t->depth != (uint32_t)n) return false;
+    for (int i = 0; i < n; i++)
+        if (t->frames[i] != (uint64_t)(uintptr_t)frames[i]) return false;
+    return true;
+}
+
+/* The slot of this stack's trace, claimed if new; capacity if the table is full.  A
+ * slot another thread is filling is passed over, so a stack may get two traces
+ * (readers add them up). */
+static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n) {
+    uint64_t h = trace_hash(frames, n);
+    uint32_t cap = s->trace_capacity;
+    for (uint32_t probe = 0; probe < cap; probe++) {
+        uint32_t i = (uint32_t)(h + probe) & (cap - 1);
+        struct hz_prof_trace *t = trace_at(s, i);
+        _Atomic uint64_t *th = (_Atomic uint64_t *)&t->hash;
+        uint64_t cur = atomic_load_explicit(th, memory_order_acquire);
+        if (cur == 0) {
+            if (!atomic_compare_exchange_strong_explicit(th, &cur, 1, memory_order_acquire,
+                                                         memory_order_acquire)) {
+                if (cur == h && same_frames(t, frames, n)) return i;
+                continue;
+            }
+            t->depth = (uint32_t)n;
+            for (int k = 0; k < n; k++) t->frames[k] = (uint64_t)(uintptr_t)frames[k];
+            atomic_store_explicit(th, h, memory_order_release);
+            return i;
+        }
+        if (cur == h && same_frames(t, frames, n)) return i;
+    }
+    return cap;
+}
+
+#define ADD(field, v) \
+    atomic_fetch_add_explicit((_Atomic uint64_t *)&(field), (uint64_t)(v), memory_order_relaxed)
+#define SUB(field, v) \
+    atomic_fetch_sub_explicit((_Atomic uint64_t *)&(field), (uint64_t)(v), memory_order_relaxed)
+
+void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
+    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    hz_heap_t *heap = hz_tls_heap;
+    if (s == NULL) return NULL;
+    ADD(s->samples, 1);
+    if (atomic_fetch_add_explicit(&live_samples, 1, memory_order_relaxed) >= HZ_PROF_MAX_LIVE) {
+        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+        ADD(s->samples_lost, 1);
+        return NULL; /* allocated normally */
+    }
+    int saved_errno = errno; /* the unwinder and the mapping may set it: invisible */
+    void *frames[HZ_PROF_MAX_FRAMES + 1];
+    heap->sampling = true; /* what the unwinder allocates is not sampled */
+    int n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
+    void *p = hz_large_alloc(size, alignment, zero);
+    heap->sampling = false;
+    errno = saved_errno;
+    if (p == NULL) {
+        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+        ADD(s->samples_lost, 1);
+        return NULL;
+    }
+    hz_large_t *h = hz_large_header(p);
+    h->sample = UINT32_MAX; /* a sample, in no trace yet */
+    /* frames[0] is this function. */
+    uint32_t slot = n > 1 ? trace_slot(s, frames + 1, n - 1) : s->trace_capacity;
+    if (slot == s->trace_capacity) {
+        ADD(s->samples_lost, 1);
+        return p; /* served as a sample all the same: free needs no special case */
+    }
+    struct hz_prof_trace *t = trace_at(s, slot);
+    ADD(t->alloc_count, 1);
+    ADD(t->alloc_bytes, size);
+    ADD(t->live_bytes, size);
+    ADD(t->live_count, 1);
+    h->sample = slot + 1;
+    h->sample_size = size;
+    return p;
+}
+
+void hz_prof_release(hz_large_t *h) {
+    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    uint32_t slot = h->sample - 1;
+    h->sample = 0;
+    if (s == NULL) return; /* a fork child's */
+    atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+    if (slot >= s->trace_capacity) return; /* in no trace: the table was full */
+    struct hz_prof_trace *t = trace_at(s, slot);
+    SUB(t->live_count, 1);
+    SUB(t->live_bytes, h->sample_size);
+    ADD(s->samples_freed, 1);
+}
+
+/* ------------------------------------------------------------ start, fork, stop */
+
+/* The rate HAKOZUNA_PROFILE asks for: 0 for off (unset, "", "0", or not understood,
+ * which is said once on stderr). */
+static uint64_t rate_from_env(void) {
+    const char *v = hz_shm_env_value(HZ_PROF_ENV);
+    if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0) return 0;
+    if (strcmp(v, "1") == 0) return HZ_PROF_DEFAULT_RATE;
+    uint64_t r = 0;
+    size_t i = 0;
+    for (; v[i] >= '0' && v[i] <= '9' && i < 13; i++) r = r * 10 + (uint64_t)(v[i] - '0');
+    if (v[i] == '\0' && r >= 1) return r;
+    hz_shm_env_warn(HZ_PROF_ENV, v, "(use 1 or a sampling interval in bytes); no heap profile");
+    return 0;
+}
+
+static void prof_atfork_child(void) {
+    atomic_store_explicit(&prof_rate, 0, memory_order_relaxed);
+    struct hz_prof_segment *s = atomic_exchange(&prof_seg, NULL);
+    if (s != NULL) munmap(s, s->total_size);
+}
+
+void hz_prof_start(void) {
+    /* Our name is ours now (the stats segment has it): a profile left under it by an
+     * earlier holder goes, whether or not this process profiles. */
+    hz_shm_companion_remove(HZ_PROF_SUFFIX);
+    uint64_t rate = rate_from_env();
+    if (rate == 0) return;
+    size_t size = sizeof(struct hz_prof_segment) +
+                  (size_t)HZ_PROF_TRACES * sizeof(struct hz_prof_trace);
+    size = hz_align_up(size, hz_os_page_size());
+    struct hz_prof_segment *s = hz_shm_companion_create(HZ_PROF_SUFFIX, size);
+    if (s == NULL) return;
+    s->layout_version = HZ_PROF_LAYOUT_VERSION;
+    s->header_size = (uint32_t)sizeof(struct hz_prof_segment);
+    s->total_size = size;
+    s->pid = (uint64_t)getpid();
+    s->sample_rate = rate;
+    s->trace_capacity = HZ_PROF_TRACES;
+    s->trace_size = (uint32_t)sizeof(struct hz_prof_trace);
+    __atomic_store_n(&s->magic, HZ_PROF_MAGIC, __ATOMIC_RELEASE);
+    /* backtrace's first call loads libgcc_s, which allocates: now, not mid-sample. */
+    void *warm[2];
+    (void)backtrace(warm, 2);
+    pthread_atfork(NULL, NULL, prof_atfork_child);
+    atomic_store_explicit(&prof_seg, s, memory_order_release);
+    atomic_store_explicit(&prof_rate, rate, memory_order_relaxed);
+    /* This thread may have allocated before: its countdown reads "never". */
+    hz_heap_t *heap = hz_tls_heap;
+    if (heap != &hz_empty_heap && heap != &hz_exiting_heap)
+        atomic_store_explicit(&heap->sample_left, 0, memory_order_relaxed);
+}
+
+/* At exit: sampling stops, the mapping stays (threads may still free). */
+void hz_prof_stop(void) {
+    atomic_store_explicit(&prof_rate, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&prof_seg, memory_order_relaxed) != NULL)
+        hz_shm_companion_remove(HZ_PROF_SUFFIX);
+}
