@@ -156,17 +156,26 @@ static const struct {
     {hz_meta_lock, hz_meta_forget},
 };
 #define FORK_LOCKS (sizeof fork_locks / sizeof fork_locks[0])
-#define FORK_BOUNDED_SPINS 5000u
+/* How long "only so long" is.  Time, not a count of yields: with the CPUs busy each
+ * yield may give the processor away for a whole time slice, and 5000 of them made a
+ * fork from a crash handler take minutes. */
+#define FORK_WAIT_MS 20u
 
 static void fork_take(hz_lock_t *l, bool bounded) {
     uintptr_t mine = thread_token() | HZ_LOCK_FORK;
+    uint64_t give_up_ms = 0;
     for (unsigned spins = 0;; spins++) {
         uintptr_t expect = 0;
         if (atomic_compare_exchange_weak_explicit(&l->holder, &expect, mine,
                                                   memory_order_acquire, memory_order_relaxed))
             return;
-        if ((bounded || (expect & HZ_LOCK_FORK)) && spins > FORK_BOUNDED_SPINS) return;
-        if (spins > 64) hz_os_yield();
+        if (spins <= 64) continue;
+        if (bounded || (expect & HZ_LOCK_FORK)) {
+            uint64_t now = hz_os_now_ms(); /* clock_gettime: async-signal-safe */
+            if (give_up_ms == 0) give_up_ms = now + FORK_WAIT_MS;
+            else if (now >= give_up_ms) return;
+        }
+        hz_os_yield();
     }
 }
 

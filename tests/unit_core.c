@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "hakozuna.h"
 #include "freelist.h"
@@ -226,6 +229,61 @@ static void test_forked_heap(void) {
 #endif
 }
 
+/* fork from a signal handler that interrupted the allocator holding a lock: the
+ * prepare handler waits only so long for the locks below it, whose holders may be
+ * waiting for this thread.  "So long" must be time, not a number of yields: with the
+ * CPUs busy, every yield can give the processor away for a whole time slice, and
+ * such a fork took minutes (a crash handler that seemed to hang). */
+static atomic_int hogs_stop;
+static atomic_int holder_state;
+
+static void *cpu_hog(void *arg) {
+    (void)arg;
+    volatile uint64_t x = 0;
+    while (!atomic_load_explicit(&hogs_stop, memory_order_relaxed)) x = x + 1;
+    return NULL;
+}
+
+static void *exit_lock_holder(void *arg) {
+    (void)arg;
+    if (!hz_lock_acquire(hz_exit_lock())) return NULL;
+    atomic_store(&holder_state, 1);
+    while (atomic_load(&holder_state) == 1) usleep(1000);
+    hz_lock_release(hz_exit_lock());
+    return NULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_fork_waits_bounded(void) {
+    enum { HOGS = 6 };
+    pthread_t hog[HOGS], holder;
+    hz_free(hz_malloc(16)); /* the fork handlers are registered */
+    pthread_create(&holder, NULL, exit_lock_holder, NULL);
+    while (atomic_load(&holder_state) == 0) usleep(1000);
+    for (int i = 0; i < HOGS; i++) pthread_create(&hog[i], NULL, cpu_hog, NULL);
+    EXPECT(hz_lock_acquire(hz_meta_lock()), "meta lock");
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    double took = now_s() - t0;
+    hz_lock_release(hz_meta_lock());
+    atomic_store(&hogs_stop, 1);
+    atomic_store(&holder_state, 2);
+    for (int i = 0; i < HOGS; i++) pthread_join(hog[i], NULL);
+    pthread_join(holder, NULL);
+    int status = 0;
+    EXPECT(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+               WEXITSTATUS(status) == 0,
+           "fork child");
+    EXPECT(took < 2.0, "fork waited too long for a lock whose holder cannot go on");
+    if (took >= 2.0) fprintf(stderr, "unit_core: fork took %.2f s\n", took);
+}
+
 int main(void) {
     test_classes();
     test_lookup();
@@ -233,11 +291,12 @@ int main(void) {
     test_reuse_and_zero();
     test_stash();
     test_forked_heap();
+    test_fork_waits_bounded();
     if (failures) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, lookup, page lengths, reuse, stash, forked heap: ok\n",
+    printf("unit_core (%s): size classes, lookup, page lengths, reuse, stash, forked heap, bounded fork: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }
