@@ -100,8 +100,7 @@ void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel
  * is not ours.  entry is p's segment-map entry. */
 void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
     if (entry > HZ_SEG_LARGE) { /* a small segment: entry is its owner */
-        hz_segment_t *seg = hz_segment_of(p);
-        hz_free_remote(heap, seg, hz_page_of(seg, p), p);
+        hz_free_remote(heap, (hz_heap_t *)entry, p);
         return;
     }
     if (p == NULL) return;

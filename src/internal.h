@@ -149,6 +149,10 @@ HZ_INLINE hz_segment_t *hz_segment_of(const void *p) {
 HZ_INLINE hz_page_t *hz_page_of(const hz_segment_t *seg, const void *p) {
     return seg->unit_map[((uintptr_t)p >> HZ_UNIT_SHIFT) & (HZ_SEGMENT_COLOURS * HZ_UNITS - 1)];
 }
+/* The unit of its segment that p is in. */
+HZ_INLINE unsigned hz_unit_of(const void *p) {
+    return (unsigned)((uintptr_t)p >> HZ_UNIT_SHIFT) & (HZ_UNITS - 1);
+}
 /* seg's own unit -> page table, HZ_UNITS entries. */
 HZ_INLINE hz_page_t **hz_unit_pages(hz_segment_t *seg) {
     size_t colour = ((uintptr_t)seg >> HZ_SEGMENT_SHIFT) & (HZ_SEGMENT_COLOURS - 1);
@@ -234,7 +238,7 @@ void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
 void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;
 
 /* ---------------------------------------------------------------- remote */
-void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p) HZ_HIDDEN;
+void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) HZ_HIDDEN;
 void hz_heap_collect(hz_heap_t *heap) HZ_HIDDEN;
 void hz_outbox_flush_all(hz_heap_t *heap) HZ_HIDDEN;
 bool hz_inbox_pending(hz_heap_t *heap) HZ_HIDDEN;

@@ -103,6 +103,7 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     }
 #endif
     page->cls = (uint8_t)cls;
+    for (unsigned u = 0; u < page->units; u++) seg->unit_class[page->first_unit + u] = (uint8_t)cls;
     page->block_size = hz_class_size[cls];
     page->reserved = (uint16_t)((size_t)(end - page->start) / page->block_size);
     page->block_mul = UINT64_MAX / page->block_size + 1 +

@@ -104,8 +104,19 @@ void hz_outbox_flush_all(hz_heap_t *heap) {
     for (unsigned i = 0; i < HZ_OUTBOX_WAYS; i++) outbox_flush(heap, &heap->outbox[i]);
 }
 
-void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p) {
-    hz_heap_t *owner = seg->heap;
+/* Whether the sender of a remote free reads the block's page descriptor.  That line
+ * is the one the owner writes at every malloc from the page (its list head and
+ * count), so reading it costs a transfer from the owner's core and back at nearly
+ * every remote free.  The default and debug policies leave the checks to the owner,
+ * which takes every block in through take_in, and count the free under the class
+ * the segment's unit_class gives.  A stash (scale, mt) reuses blocks without the
+ * owner seeing them, and the hardened variant zeroes the block here, so those keep
+ * the checks at the sender. */
+#define SENDER_READS_PAGE (HZ_STASH_BLOCKS > 0 || HZ_HARDENED)
+
+/* The sender's checks of a block it frees for another heap. */
+static hz_page_t *sender_check(void *p) {
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
 #if HZ_HARDENING
     /* Against `reserved`, which only the page's creation writes: the owner checks
      * against the blocks carved so far when it takes the block in. */
@@ -116,17 +127,33 @@ void hz_free_remote(hz_heap_t *heap, hz_segment_t *seg, hz_page_t *page, void *p
 #if HZ_HARDENED
     memset(p, 0, page->block_size); /* nothing of it survives its free */
 #endif
+    return page;
+}
+
+void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+#if SENDER_READS_PAGE
+    hz_page_t *page = sender_check(p);
+#endif
     if (hz_unlikely(heap == &hz_empty_heap)) heap = hz_thread_init(); /* batch from now on */
     if (hz_unlikely(heap == NULL || heap == &hz_exiting_heap)) {
-        /* An exiting thread (or no memory for a heap): post the block alone. */
+        /* An exiting thread (or no memory for a heap): post the block alone, linked
+         * through it, so checked here whatever the policy (a block pushed twice
+         * would make the list a loop). */
+#if !SENDER_READS_PAGE
+        hz_page_t *page = sender_check(p);
+#endif
         __atomic_fetch_add(&hz_heapless_frees[page->cls], 1, __ATOMIC_RELAXED);
         loose_push(owner, p);
         posted(owner);
         return;
     }
-    hz_stat_inc(heap->stats.frees[page->cls]);
     hz_stat_inc(heap->stats.remote_sent);
+#if SENDER_READS_PAGE
+    hz_stat_inc(heap->stats.frees[page->cls]);
     if (hz_stash_keep(heap, page, p)) return;
+#else
+    hz_stat_inc(heap->stats.frees[hz_segment_of(p)->unit_class[hz_unit_of(p)]]);
+#endif
     outbox_append(heap, owner, p);
 }
 
@@ -141,13 +168,13 @@ bool hz_inbox_pending(hz_heap_t *heap) {
  * sender, so one that reads as linked is already on a list: freed twice (by two
  * threads, or by one before and one after its owner took it in). */
 static void take_in(hz_heap_t *heap, void *p, bool batched) {
+    (void)batched; /* used only with hardening */
 #if HZ_HARDENING
     hz_page_t *page = hz_block_page(p);
     if (page == NULL || hz_segment_of(p)->heap != heap || !hz_block_carved(page, p))
         hz_report_corrupt(p, 0);
     if (batched && hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
 #else
-    (void)batched;
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
 #endif
     hz_free_local(heap, page, p);

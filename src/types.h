@@ -204,6 +204,9 @@ typedef struct hz_segment {
     unsigned committed_units;    /* units 0 .. committed_units-1 are readable and writable;
                                     the rest of the segment is reserved address space */
     struct hz_segment *next, *prev; /* heap's segment list (with free units first) */
+    /* unit -> size class of the page covering it, for threads freeing its blocks: in
+     * a line of its own, since the page descriptor's is the owner's busiest. */
+    uint8_t unit_class[HZ_UNITS];
     hz_page_t pages[HZ_UNITS];      /* indexed by a page's first unit */
     /* unit -> page covering it (hz_empty_page if none), in slice hz_segment_colour()
      * (hz_unit_pages); the other slices are other segments' and stay untouched. */
