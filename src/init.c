@@ -209,6 +209,7 @@ static void fork_child(void) {
         atomic_store_explicit(&fork_locks[i].lock()->holder, 0, memory_order_release);
     }
     hz_shm_fork_child(); /* first: counters still write into the parent's segment */
+    hz_prof_fork_child();
     hz_heaps_fork_child();
 }
 

@@ -350,6 +350,7 @@ void *hz_alloc_sampled(size_t size) HZ_HIDDEN;
 /* After the stats segment is made: start profiling if HAKOZUNA_PROFILE asks. */
 void hz_prof_start(void) HZ_HIDDEN;
 void hz_prof_stop(void) HZ_HIDDEN;
+void hz_prof_fork_child(void) HZ_HIDDEN;
 
 /* ------------------------------------------------- shared-memory export (shm.c) */
 void hz_shm_start(void) HZ_HIDDEN;

@@ -29,7 +29,6 @@
  */
 #include <errno.h>
 #include <execinfo.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -205,7 +204,9 @@ static uint64_t rate_from_env(void) {
     return 0;
 }
 
-static void prof_atfork_child(void) {
+/* In a fork child (init.c's handler): no profiling, and the parent's table is not
+ * ours to update. */
+void hz_prof_fork_child(void) {
     atomic_store_explicit(&prof_rate, 0, memory_order_relaxed);
     struct hz_prof_segment *s = atomic_exchange(&prof_seg, NULL);
     if (s != NULL) munmap(s, s->total_size);
@@ -233,7 +234,6 @@ void hz_prof_start(void) {
     /* backtrace's first call loads libgcc_s, which allocates: now, not mid-sample. */
     void *warm[2];
     (void)backtrace(warm, 2);
-    pthread_atfork(NULL, NULL, prof_atfork_child);
     atomic_store_explicit(&prof_seg, s, memory_order_release);
     atomic_store_explicit(&prof_rate, rate, memory_order_relaxed);
     /* This thread may have allocated before: its countdown reads "never". */

@@ -112,7 +112,7 @@ static uint64_t clock_ns(clockid_t id) {
 
 /* The value of environment variable `name` as getenv would see it (the first entry
  * decides), or NULL when it is unset. */
-static const char *env_value(const char *name) {
+const char *hz_shm_env_value(const char *name) {
     size_t len = strlen(name);
     char **env = environ;
     if (env == NULL) return NULL;
@@ -125,7 +125,7 @@ static const char *env_value(const char *name) {
 /* A value we do not understand is a typo ("yes", "true", "on"): say so once on
  * stderr rather than leave the operator guessing why nothing happens.  The value is
  * the environment's, so it is cut and its control bytes shown as '?'. */
-static void warn_env_value(const char *name, const char *v, const char *what) {
+void hz_shm_env_warn(const char *name, const char *v, const char *what) {
     enum { SHOWN = 40 };
     char shown[SHOWN + 4];
     size_t n = 0;
@@ -157,14 +157,14 @@ static void warn_env_value(const char *name, const char *v, const char *what) {
 static char exit_report_to[256]; /* "": no report; "-": stderr; else a path */
 
 static void exit_report_setup(void) {
-    const char *v = env_value(HZ_SHM_ENV_EXIT);
+    const char *v = hz_shm_env_value(HZ_SHM_ENV_EXIT);
     if (v == NULL || v[0] == '\0') return;
     if (strcmp(v, "stderr") == 0) {
         exit_report_to[0] = '-';
     } else if (v[0] == '/' && strlen(v) < sizeof exit_report_to) {
         memcpy(exit_report_to, v, strlen(v) + 1);
     } else {
-        warn_env_value(HZ_SHM_ENV_EXIT, v, "(use stderr or an absolute path); no report at exit");
+        hz_shm_env_warn(HZ_SHM_ENV_EXIT, v, "(use stderr or an absolute path); no report at exit");
     }
 }
 
@@ -470,10 +470,9 @@ static char *page_of_slot(struct hz_shm_segment *s, uint32_t i) {
     return (char *)s + s->threads_offset + (size_t)i * s->thread_stride;
 }
 
+/* A slot's header and counters end its page. */
 static struct hz_shm_thread *slot_at(struct hz_shm_segment *s, uint32_t i) {
-    return (struct hz_shm_thread *)((char *)s + s->threads_offset +
-                                    (size_t)(i + 1) * s->thread_stride -
-                                    sizeof(struct hz_shm_thread));
+    return (struct hz_shm_thread *)(page_of_slot(s, i + 1) - sizeof(struct hz_shm_thread));
 }
 
 /* The page of heap's counters (and slot header). */
@@ -584,10 +583,10 @@ void hz_shm_start(void) {
     if (atomic_exchange(&shm_started, 1)) return;
     if (getauxval(AT_SECURE) != 0) return; /* setuid & co.: not even the environment */
     exit_report_setup();
-    const char *v = env_value(HZ_SHM_ENV);
+    const char *v = hz_shm_env_value(HZ_SHM_ENV);
     if (v == NULL || strcmp(v, "1") != 0) {
         if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0)
-            warn_env_value(HZ_SHM_ENV, v, "(use 1 or 0); stats stay off");
+            hz_shm_env_warn(HZ_SHM_ENV, v, "(use 1 or 0); stats stay off");
         return;
     }
     if (!shm_create()) return;
@@ -675,7 +674,3 @@ void *hz_shm_companion_create(const char *suffix, size_t size) {
     return m == MAP_FAILED ? NULL : m;
 }
 
-const char *hz_shm_env_value(const char *name) { return env_value(name); }
-void hz_shm_env_warn(const char *name, const char *value, const char *what) {
-    warn_env_value(name, value, what);
-}

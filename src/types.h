@@ -208,8 +208,8 @@ typedef struct hz_segment {
      * a line of its own, since the page descriptor's is the owner's busiest. */
     uint8_t unit_class[HZ_UNITS];
     hz_page_t pages[HZ_UNITS];      /* indexed by a page's first unit */
-    /* unit -> page covering it (hz_empty_page if none), in slice hz_segment_colour()
-     * (hz_unit_pages); the other slices are other segments' and stay untouched. */
+    /* unit -> page covering it (hz_empty_page if none), in the slice of the
+     * segment's colour (hz_unit_pages); the other slices stay untouched. */
     hz_page_t *unit_map[HZ_SEGMENT_COLOURS * HZ_UNITS];
 } hz_segment_t;
 
