@@ -301,11 +301,17 @@ while not os.path.exists(sys.argv[1]):
         [ -e "/dev/shm/hakozuna.$pid" ] ||
             grep -q " /dev/shm/hakozuna\.$pid (deleted)\$" "/proc/$pid/maps" 2>/dev/null
     }
-    while ! published && [ $i -lt 100 ]; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    check "hzrun --stats: the process publishes its segment (hakozuna.$pid)" published
+    # A python3 that is a shim execs the real one: between two images of the process
+    # its segment is briefly gone, so "published" is waited for, not sampled once.
+    wait_published() {
+        i=0
+        while ! published && [ $i -lt 100 ]; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        published
+    }
+    check "hzrun --stats: the process publishes its segment (hakozuna.$pid)" wait_published
     # The command may exec through wrappers (a pyenv shim, a shell) before it settles,
     # each image publishing afresh: give it a few seconds to be read as live.
     i=0
