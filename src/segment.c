@@ -95,12 +95,16 @@ static size_t segment_purge(hz_segment_t *seg, uint64_t which) {
     return purged;
 }
 
-/* Commit units up to `end` (exclusive), in steps of 4 units (256 KiB) so that a
- * growing heap makes few mprotect calls.  False (ENOMEM) when the kernel refuses. */
+/* Commit units up to `end` (exclusive), in steps of 4 units (256 KiB), so that a
+ * small program commits little; in a heap that has outgrown one segment, at least
+ * doubling what is committed, so that a growing heap makes a handful of mprotect
+ * calls per segment (each stops the other threads' page faults while it holds the
+ * address-space lock).  False (ENOMEM) when the kernel refuses. */
 static bool segment_commit(hz_segment_t *seg, unsigned end) {
     unsigned have = seg->committed_units;
     if (end <= have) return true;
     unsigned want = (end + 3u) & ~3u;
+    if ((seg->next != NULL || seg->prev != NULL) && want < 2 * have) want = 2 * have;
     if (want > HZ_UNITS) want = HZ_UNITS;
     char *from = (char *)seg + (size_t)have * HZ_UNIT_SIZE;
     if (!hz_os_commit(from, (size_t)(want - have) * HZ_UNIT_SIZE)) {
@@ -131,14 +135,37 @@ static size_t segment_committed_bytes(const hz_segment_t *seg) {
 /* Purging runs in epochs of HZ_PURGE_DELAY_MS: at each epoch, units that were
  * already free and unpurged at the previous epoch (the candidates) go back to the
  * OS, so memory idle for one to two epochs is returned and memory reused sooner is
- * never purged.  When freed memory exceeds both HZ_DIRTY_BUDGET and what the heap has
- * in use, the candidates go at once and then more, down to half the budget: a burst
- * of frees is returned without throwing away the pages about to be reused.  `all`
- * (trim, thread exit) purges everything. */
+ * never purged.  Freed memory beyond HZ_DIRTY_BUDGET that the heap shows no sign of
+ * needing goes at once, candidates first, down to half the budget: a burst of frees
+ * is returned without waiting for an epoch, which an idle thread never reaches.  The
+ * sign of need is memory taken again, in the last 50 to 100 ms, after a page had
+ * left it (resident or purged): a heap whose blocks come back in waves (handed to
+ * other threads and freed back) keeps as much as it has lately reused, up to the most
+ * it has lately had in use, instead of purging each wave only to fault it back in;
+ * a program that frees what it built once and goes idle gets no such allowance.  `all` (trim, thread exit) purges
+ * everything. */
+static void need_roll(hz_heap_t *heap, uint64_t now) {
+    if (now < heap->window_ms + HZ_PURGE_DELAY_MS) return;
+    bool gap = now >= heap->window_ms + 2 * HZ_PURGE_DELAY_MS; /* a whole window went by */
+    heap->used_peak[1] = gap ? heap->used_bytes : heap->used_peak[0];
+    heap->reused[1] = gap ? 0 : heap->reused[0];
+    heap->used_peak[0] = heap->used_bytes;
+    heap->reused[0] = 0;
+    heap->window_ms = now;
+}
+
+static size_t dirty_keep(const hz_heap_t *heap) {
+    size_t peak = heap->used_peak[0] > heap->used_peak[1] ? heap->used_peak[0] : heap->used_peak[1];
+    size_t reused = heap->reused[0] + heap->reused[1];
+    size_t keep = reused < peak ? reused : peak;
+    return keep > heap->used_bytes ? keep : heap->used_bytes;
+}
+
 void hz_heap_purge(hz_heap_t *heap, bool all) {
     if (heap->dirty_bytes == 0) return;
-    bool over = heap->dirty_bytes > HZ_DIRTY_BUDGET && heap->dirty_bytes > heap->used_bytes;
     uint64_t now = hz_os_now_ms();
+    need_roll(heap, now);
+    bool over = heap->dirty_bytes > HZ_DIRTY_BUDGET && heap->dirty_bytes > dirty_keep(heap);
     bool epoch = all || now >= heap->purge_at_ms;
     if (!epoch && !over) return;
     hz_segment_t *s, *s_next;
@@ -200,6 +227,7 @@ static hz_segment_t *segment_acquire(hz_heap_t *heap) {
     if (seg == NULL && (seg = segment_map_new()) == NULL) return NULL;
     seg->heap = heap;
     seg->free_units = ~0ULL;
+    seg->used_units = 0;
     seg->purge_candidates = 0;
     update_max_run(seg);
     hz_page_t **unit_page = hz_unit_pages(seg);
@@ -310,6 +338,7 @@ hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units) 
     seg->purge_candidates &= ~m;
     update_max_run(seg);
     heap->used_bytes += (size_t)units * HZ_UNIT_SIZE;
+    if (heap->used_bytes > heap->used_peak[0]) heap->used_peak[0] = heap->used_bytes;
     if (seg->free_units == 0 && seg->next != NULL) { /* full segments go to the back */
         segment_unlink(heap, seg);
         hz_segment_t *last = heap->segments;
@@ -324,7 +353,9 @@ hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units) 
     page->zero_span = (seg->dirty_units & m) == 0;
     size_t reused = (size_t)__builtin_popcountll(seg->dirty_units & m) * HZ_UNIT_SIZE;
     heap->dirty_bytes -= reused < heap->dirty_bytes ? reused : heap->dirty_bytes;
+    heap->reused[0] += (size_t)__builtin_popcountll(seg->used_units & m) * HZ_UNIT_SIZE;
     seg->dirty_units |= m;
+    seg->used_units |= m;
     page->start = unit_start(seg, (unsigned)first);
     hz_page_t **unit_page = hz_unit_pages(seg);
     for (unsigned u = 0; u < units; u++) unit_page[first + (int)u] = page;

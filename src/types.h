@@ -30,7 +30,8 @@
 #ifndef HZ_PURGE_DELAY_MS
 #define HZ_PURGE_DELAY_MS 50
 #endif
-/* ...or at once when a heap holds more than this many bytes of freed, resident pages. */
+/* ...or at once when a heap holds more than this many bytes of freed, resident pages
+ * and more than it lately needed (segment.c, hz_heap_purge). */
 #ifndef HZ_DIRTY_BUDGET
 #define HZ_DIRTY_BUDGET 16777216
 #endif
@@ -199,6 +200,7 @@ typedef struct hz_segment {
     struct hz_heap *heap;        /* owner; stable while any block in it is live */
     uint64_t free_units;         /* bit i: unit i holds no page */
     uint64_t dirty_units;        /* bit i: unit i may hold non-zero data */
+    uint64_t used_units;         /* bit i: unit i held a page since the segment was taken */
     uint64_t purge_candidates;   /* free, unpurged units seen at the last purge epoch */
     unsigned max_run;            /* longest run of free units (usable for multi-unit pages) */
     unsigned committed_units;    /* units 0 .. committed_units-1 are readable and writable;
@@ -282,6 +284,11 @@ typedef struct hz_heap {
     hz_segment_t *segments;             /* segments with free units come first */
     size_t dirty_bytes;                 /* freed page memory not yet purged */
     size_t used_bytes;                  /* memory in pages */
+    /* What the heap lately needed, over two windows of HZ_PURGE_DELAY_MS (the one
+     * that began at window_ms, and the one before): see hz_heap_purge. */
+    size_t used_peak[2];                /* most used_bytes */
+    size_t reused[2];                   /* bytes of units taken again after a page left them */
+    uint64_t window_ms;
     uint64_t purge_at_ms;               /* next purge epoch, 0 when none is due */
     _Atomic int state;                  /* read by threads that free into this heap */
     int busy;                           /* owner inside a slow path (fork checks it) */
