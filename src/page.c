@@ -76,14 +76,21 @@ static void page_extend(hz_heap_t *heap, hz_page_t *page) {
     page->carved_rank += n * hz_rank_step(page);
 }
 
+static bool retire_kept(hz_heap_t *heap);
+
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     /* A page is made only when every page the class holds is full: a class with
      * pages has filled one, and gets a long page.  Its first is short, and so is any
      * page that memory (a tight RLIMIT_AS) has no room for at full length. */
     hz_page_queue_t *q = &heap->queues[cls];
-    hz_page_t *page = NULL;
-    if (q->pages > 0) page = hz_span_alloc(heap, hz_class_units[cls], hz_class_align_units[cls]);
-    if (page == NULL) page = hz_span_alloc(heap, hz_class_first_units[cls], hz_class_align_units[cls]);
+    unsigned units = q->pages > 0 ? hz_class_units[cls] : hz_class_first_units[cls];
+    hz_page_t *page = hz_span_alloc(heap, units, hz_class_align_units[cls], false);
+    /* Empty pages kept for reuse (keep_current) must not cost a new segment. */
+    if (page == NULL && retire_kept(heap))
+        page = hz_span_alloc(heap, units, hz_class_align_units[cls], false);
+    if (page == NULL) page = hz_span_alloc(heap, units, hz_class_align_units[cls], true);
+    if (page == NULL && units != hz_class_first_units[cls])
+        page = hz_span_alloc(heap, hz_class_first_units[cls], hz_class_align_units[cls], true);
     if (page == NULL) return NULL;
     q->pages++;
     hz_segment_t *seg = hz_segment_of(page);
@@ -131,7 +138,35 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
     }
 #endif
     hz_stat_inc(heap->stats.pages_retired);
+    heap->queues[cls].retired_ms = (uint32_t)hz_os_now_ms() + 1; /* 0: never */
     hz_span_free(heap, page);
+}
+
+/* Keep the page being allocated from when it empties: retiring it would only make
+ * the next malloc of its class build and touch a page again.  Always up to 256 KiB
+ * of it; up to 1 MiB (every class up to 64 KiB) when the class retired a page within
+ * the purge delay, i.e. when its pages come and go over and over.  Such pages are
+ * retired before the heap would take a new segment (retire_kept). */
+static bool keep_current(const hz_heap_t *heap, const hz_page_t *page) {
+    if (heap->current[page->cls] != page || page->units > 16) return false;
+    if (page->units <= 4) return true;
+    uint32_t at = heap->queues[page->cls].retired_ms;
+    return at != 0 && (uint32_t)hz_os_now_ms() + 1 - at < HZ_PURGE_DELAY_MS;
+}
+
+/* Retire the empty current pages that keep_current kept beyond 256 KiB; true if any. */
+static bool retire_kept(hz_heap_t *heap) {
+    bool any = false;
+    heap->busy++; /* queues change: a fork from a signal handler must not trust them */
+    for (unsigned c = 1; c < HZ_CLASSES; c++) {
+        hz_page_t *page = heap->current[c];
+        if (page != &hz_empty_page && page->units > 4 && page->used == 0) {
+            page_retire(heap, page);
+            any = true;
+        }
+    }
+    heap->busy--;
+    return any;
 }
 
 /* After a free dropped a page to zero used blocks, or hit a page marked full. */
@@ -142,10 +177,7 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     if (hz_unlikely(was_full && page->in_queue)) hz_report_double_free(NULL, page->block_size);
     page->used &= ~HZ_PAGE_FULL;
     if (page->used == 0) {
-        /* Keep the page being allocated from (up to 256 KiB of it): retiring it would
-         * only make the next malloc of this class build it again.  Trim and thread
-         * exit retire it. */
-        if (heap->current[page->cls] == page && page->units <= 4) return;
+        if (keep_current(heap, page)) return; /* trim and thread exit retire it */
         heap->busy++; /* queues change: a fork from a signal handler must not trust them */
         page_retire(heap, page);
         heap->busy--;

@@ -323,11 +323,12 @@ static hz_segment_t *find_span(hz_heap_t *heap, unsigned units, uint64_t starts,
 
 /* A page of `units` units starting at a multiple of `align_units` (so that blocks
  * of the class are aligned to it), from the heap's segments or a new one. */
-hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units) {
+hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units, bool grow) {
     int first = -1;
     uint64_t starts = span_starts(units, align_units);
     hz_segment_t *seg = find_span(heap, units, starts, &first);
     if (seg == NULL) {
+        if (!grow) return NULL;
         seg = segment_acquire(heap);
         if (seg == NULL) return NULL;
         first = __builtin_ctzll(starts);

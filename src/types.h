@@ -221,6 +221,7 @@ _Static_assert(sizeof(hz_page_t) <= 64, "page descriptor should fit a cache line
 typedef struct hz_page_queue {
     hz_page_t *first, *last; /* pages with free blocks, or not yet known to be full */
     uint32_t pages;          /* every page of the class the heap holds, full ones too */
+    uint32_t retired_ms;     /* 1 + when the class last retired a page (ms, low bits) */
 } hz_page_queue_t;
 
 /* Remote frees travel as arrays of pointers, not as lists linked through the blocks:

@@ -134,6 +134,46 @@ static void test_page_lengths(void) {
     while (count > 0) hz_free(blocks[--count]);
 }
 
+#if !HZ_DEBUG && !HZ_HARDENED
+static uint64_t pages_retired(void) { return hz_tls_heap->stats.pages_retired; }
+#endif
+
+/* A long page (above 256 KiB) that empties while current is retired the first time;
+ * once its class has retired a page lately, the next one is kept for reuse instead of
+ * being built again at every wave. */
+static void test_kept_pages(void) {
+#if !HZ_DEBUG && !HZ_HARDENED /* their quarantines hold frees back */
+    enum { MAX_BLOCKS = 64 };
+    size_t n = 24000;
+    unsigned cls = hz_size_class(CORE_SIZE(n));
+    EXPECT(hz_class_units[cls] > 4, "class %u: pages of %u units", cls, hz_class_units[cls]);
+    char *blocks[MAX_BLOCKS];
+    unsigned count = 0, on_long = 0;
+    hz_page_t *first = NULL;
+    /* Fill the class's first page and put blocks on a second, long one. */
+    while (count < MAX_BLOCKS) {
+        char *p = blocks[count++] = hz_malloc(n);
+        EXPECT(p != NULL, "malloc %zu", n);
+        if (p == NULL) return;
+        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
+        if (first == NULL) first = page;
+        if (page != first && ++on_long == 2) break;
+    }
+    uint64_t before = pages_retired();
+    hz_free(blocks[--count]);
+    hz_free(blocks[--count]);
+    EXPECT(pages_retired() == before + 1, "an emptied long page: %llu retired",
+           (unsigned long long)(pages_retired() - before));
+    char *p = hz_malloc(n);
+    hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
+    EXPECT(page != first && page->units > 4, "the next block is not on a new long page");
+    hz_free(p);
+    EXPECT(pages_retired() == before + 1, "a long page of a class that came and went was "
+           "retired again");
+    while (count > 0) hz_free(blocks[--count]);
+#endif
+}
+
 static void test_reuse_and_zero(void) {
     /* A freed block is handed out again (LIFO) and calloc memory is zero after reuse. */
     char *a = hz_malloc(48);
@@ -288,6 +328,7 @@ int main(void) {
     test_classes();
     test_lookup();
     test_page_lengths();
+    test_kept_pages();
     test_reuse_and_zero();
     test_stash();
     test_forked_heap();
@@ -296,7 +337,7 @@ int main(void) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, lookup, page lengths, reuse, stash, forked heap, bounded fork: ok\n",
+    printf("unit_core (%s): size classes, lookup, page lengths, kept pages, reuse, stash, forked heap, bounded fork: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }
