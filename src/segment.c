@@ -142,11 +142,11 @@ static size_t segment_committed_bytes(const hz_segment_t *seg) {
  * left it (resident or purged): a heap whose blocks come back in waves (handed to
  * other threads and freed back) keeps as much as it has lately reused, up to the most
  * it has lately had in use, instead of purging each wave only to fault it back in;
- * a program that frees what it built once and goes idle gets no such allowance.  `all` (trim, thread exit) purges
- * everything. */
+ * a program that frees what it built once and goes idle gets no such allowance.
+ * `all` (trim, thread exit) purges everything. */
 static void need_roll(hz_heap_t *heap, uint64_t now) {
     if (now < heap->window_ms + HZ_PURGE_DELAY_MS) return;
-    bool gap = now >= heap->window_ms + 2 * HZ_PURGE_DELAY_MS; /* a whole window went by */
+    bool gap = now - heap->window_ms >= (uint64_t)2 * HZ_PURGE_DELAY_MS; /* a whole window went by */
     heap->used_peak[1] = gap ? heap->used_bytes : heap->used_peak[0];
     heap->reused[1] = gap ? 0 : heap->reused[0];
     heap->used_peak[0] = heap->used_bytes;
