@@ -78,6 +78,13 @@ static void page_extend(hz_heap_t *heap, hz_page_t *page) {
 
 static bool retire_kept(hz_heap_t *heap);
 
+/* Empty current pages kept for the class (keep_current), in units. */
+#define KEEP_ALWAYS_UNITS 4   /* whatever the class does */
+#define KEEP_CYCLING_UNITS 16 /* when the class's pages come and go */
+
+/* The low bits of the clock in ms, plus 1, so that 0 means "never". */
+static uint32_t retire_stamp(void) { return (uint32_t)hz_os_now_ms() + 1; }
+
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     /* A page is made only when every page the class holds is full: a class with
      * pages has filled one, and gets a long page.  Its first is short, and so is any
@@ -138,29 +145,31 @@ static void page_retire(hz_heap_t *heap, hz_page_t *page) {
     }
 #endif
     hz_stat_inc(heap->stats.pages_retired);
-    heap->queues[cls].retired_ms = (uint32_t)hz_os_now_ms() + 1; /* 0: never */
+    heap->queues[cls].retired_ms = retire_stamp();
     hz_span_free(heap, page);
 }
 
 /* Keep the page being allocated from when it empties: retiring it would only make
- * the next malloc of its class build and touch a page again.  Always up to 256 KiB
- * of it; up to 1 MiB (every class up to 64 KiB) when the class retired a page within
- * the purge delay, i.e. when its pages come and go over and over.  Such pages are
- * retired before the heap would take a new segment (retire_kept). */
+ * the next malloc of its class build and touch a page again.  Always up to
+ * KEEP_ALWAYS_UNITS (256 KiB) of it; up to KEEP_CYCLING_UNITS (1 MiB, every class up
+ * to 64 KiB) when the class retired a page within the purge delay, i.e. when its
+ * pages come and go over and over.  Such pages are retired before the heap would
+ * take a new segment (retire_kept). */
 static bool keep_current(const hz_heap_t *heap, const hz_page_t *page) {
-    if (heap->current[page->cls] != page || page->units > 16) return false;
-    if (page->units <= 4) return true;
+    if (heap->current[page->cls] != page || page->units > KEEP_CYCLING_UNITS) return false;
+    if (page->units <= KEEP_ALWAYS_UNITS) return true;
     uint32_t at = heap->queues[page->cls].retired_ms;
-    return at != 0 && (uint32_t)hz_os_now_ms() + 1 - at < HZ_PURGE_DELAY_MS;
+    return at != 0 && retire_stamp() - at < HZ_PURGE_DELAY_MS;
 }
 
-/* Retire the empty current pages that keep_current kept beyond 256 KiB; true if any. */
+/* Retire the empty current pages that keep_current kept beyond KEEP_ALWAYS_UNITS;
+ * true if any. */
 static bool retire_kept(hz_heap_t *heap) {
     bool any = false;
     heap->busy++; /* queues change: a fork from a signal handler must not trust them */
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
         hz_page_t *page = heap->current[c];
-        if (page != &hz_empty_page && page->units > 4 && page->used == 0) {
+        if (page->units > KEEP_ALWAYS_UNITS && page->used == 0) { /* not hz_empty_page */
             page_retire(heap, page);
             any = true;
         }

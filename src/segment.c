@@ -95,6 +95,9 @@ static size_t segment_purge(hz_segment_t *seg, uint64_t which) {
     return purged;
 }
 
+/* seg is its heap's only segment. */
+static bool segment_alone(const hz_segment_t *seg) { return seg->next == NULL && seg->prev == NULL; }
+
 /* Commit units up to `end` (exclusive), in steps of 4 units (256 KiB), so that a
  * small program commits little; in a heap that has outgrown one segment, at least
  * doubling what is committed, so that a growing heap makes a handful of mprotect
@@ -104,7 +107,7 @@ static bool segment_commit(hz_segment_t *seg, unsigned end) {
     unsigned have = seg->committed_units;
     if (end <= have) return true;
     unsigned want = (end + 3u) & ~3u;
-    if ((seg->next != NULL || seg->prev != NULL) && want < 2 * have) want = 2 * have;
+    if (!segment_alone(seg) && want < 2 * have) want = 2 * have;
     if (want > HZ_UNITS) want = HZ_UNITS;
     char *from = (char *)seg + (size_t)have * HZ_UNIT_SIZE;
     if (!hz_os_commit(from, (size_t)(want - have) * HZ_UNIT_SIZE)) {
@@ -132,6 +135,27 @@ static size_t segment_committed_bytes(const hz_segment_t *seg) {
     return (size_t)seg->committed_units * HZ_UNIT_SIZE;
 }
 
+/* Start a new window of what the heap needs (hz_heap_purge) once the current one is
+ * HZ_PURGE_DELAY_MS old; after a longer gap, the previous one counts as empty. */
+static void need_roll(hz_heap_t *heap, uint64_t now) {
+    if (now < heap->window_ms + HZ_PURGE_DELAY_MS) return;
+    bool gap = now - heap->window_ms >= (uint64_t)2 * HZ_PURGE_DELAY_MS; /* a whole window went by */
+    heap->used_peak[1] = gap ? heap->used_bytes : heap->used_peak[0];
+    heap->reused[1] = gap ? 0 : heap->reused[0];
+    heap->used_peak[0] = heap->used_bytes;
+    heap->reused[0] = 0;
+    heap->window_ms = now;
+}
+
+/* The freed bytes the heap shows a need for: what it took again in the last two
+ * windows, up to the most it had in use then, and at least what it has in use. */
+static size_t dirty_keep(const hz_heap_t *heap) {
+    size_t peak = heap->used_peak[0] > heap->used_peak[1] ? heap->used_peak[0] : heap->used_peak[1];
+    size_t reused = heap->reused[0] + heap->reused[1];
+    size_t keep = reused < peak ? reused : peak;
+    return keep > heap->used_bytes ? keep : heap->used_bytes;
+}
+
 /* Purging runs in epochs of HZ_PURGE_DELAY_MS: at each epoch, units that were
  * already free and unpurged at the previous epoch (the candidates) go back to the
  * OS, so memory idle for one to two epochs is returned and memory reused sooner is
@@ -144,23 +168,6 @@ static size_t segment_committed_bytes(const hz_segment_t *seg) {
  * it has lately had in use, instead of purging each wave only to fault it back in;
  * a program that frees what it built once and goes idle gets no such allowance.
  * `all` (trim, thread exit) purges everything. */
-static void need_roll(hz_heap_t *heap, uint64_t now) {
-    if (now < heap->window_ms + HZ_PURGE_DELAY_MS) return;
-    bool gap = now - heap->window_ms >= (uint64_t)2 * HZ_PURGE_DELAY_MS; /* a whole window went by */
-    heap->used_peak[1] = gap ? heap->used_bytes : heap->used_peak[0];
-    heap->reused[1] = gap ? 0 : heap->reused[0];
-    heap->used_peak[0] = heap->used_bytes;
-    heap->reused[0] = 0;
-    heap->window_ms = now;
-}
-
-static size_t dirty_keep(const hz_heap_t *heap) {
-    size_t peak = heap->used_peak[0] > heap->used_peak[1] ? heap->used_peak[0] : heap->used_peak[1];
-    size_t reused = heap->reused[0] + heap->reused[1];
-    size_t keep = reused < peak ? reused : peak;
-    return keep > heap->used_bytes ? keep : heap->used_bytes;
-}
-
 void hz_heap_purge(hz_heap_t *heap, bool all) {
     if (heap->dirty_bytes == 0) return;
     uint64_t now = hz_os_now_ms();
@@ -185,7 +192,7 @@ void hz_heap_purge(hz_heap_t *heap, bool all) {
         if (epoch) s->purge_candidates = dirty_free;
         pending |= dirty_free != 0;
         /* Empty and purged: give the whole segment back (a heap keeps its last). */
-        if (s->free_units == ~0ULL && dirty_free == 0 && (s->next != NULL || s->prev != NULL))
+        if (s->free_units == ~0ULL && dirty_free == 0 && !segment_alone(s))
             segment_release(heap, s);
     }
     if (!pending) heap->dirty_bytes = 0;
@@ -352,8 +359,8 @@ hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units, 
     page->first_unit = (uint8_t)first;
     page->units = (uint8_t)units;
     page->zero_span = (seg->dirty_units & m) == 0;
-    size_t reused = (size_t)__builtin_popcountll(seg->dirty_units & m) * HZ_UNIT_SIZE;
-    heap->dirty_bytes -= reused < heap->dirty_bytes ? reused : heap->dirty_bytes;
+    size_t resident = (size_t)__builtin_popcountll(seg->dirty_units & m) * HZ_UNIT_SIZE;
+    heap->dirty_bytes -= resident < heap->dirty_bytes ? resident : heap->dirty_bytes;
     heap->reused[0] += (size_t)__builtin_popcountll(seg->used_units & m) * HZ_UNIT_SIZE;
     seg->dirty_units |= m;
     seg->used_units |= m;
