@@ -348,6 +348,9 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) HZ_HIDDEN;
 /* A sampled block is freed: take it out of the live profile. */
 void hz_prof_release(hz_large_t *h) HZ_HIDDEN;
 void *hz_alloc_sampled(size_t size) HZ_HIDDEN;
+/* The return addresses of the caller's stack, as backtrace() gives them, from the
+ * unwind tables (unwind.c); -1 when a frame needs libgcc's unwinder. */
+int hz_unwind(void **frames, int max) HZ_HIDDEN;
 /* After the stats segment is made: start profiling if HAKOZUNA_PROFILE asks. */
 void hz_prof_start(void) HZ_HIDDEN;
 void hz_prof_stop(void) HZ_HIDDEN;

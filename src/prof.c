@@ -19,13 +19,16 @@
  * costs one page of memory and one mapping while it lives (or one from the large
  * cache), at a rate of one per `rate` bytes allocated.
  *
- * The stack is taken with glibc's backtrace(), which loads libgcc_s (allocating) on
- * its first use: that first use happens at start, before sampling is on, and the
- * heap's `sampling` flag makes any allocation the unwinder makes while sampling a
- * plain one.  The table of traces is lock-free (a slot is claimed with one
- * compare-and-swap, its counts are atomic adds), so a fork or a signal never finds
- * it locked.  A fork child drops the mapping and does not profile: the blocks it
- * inherited stay valid and free normally.
+ * The stack comes from unwind.c, which reads the unwind tables once per return
+ * address and keeps what it learnt.  For a frame it cannot step through, glibc's
+ * backtrace() takes the whole stack; it loads libgcc_s (allocating) on its first
+ * use, which happens at start, before sampling is on, and the heap's `sampling`
+ * flag makes any allocation the unwinder makes while sampling a plain one.
+ *
+ * The table of traces is lock-free (a slot is claimed with one compare-and-swap,
+ * its counts are atomic adds), so a fork or a signal never finds it locked.  A fork
+ * child drops the mapping and does not profile: the blocks it inherited stay valid
+ * and free normally.
  */
 #include <errno.h>
 #include <execinfo.h>
@@ -148,7 +151,8 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
     int saved_errno = errno; /* the unwinder and the mapping may set it: invisible */
     void *frames[HZ_PROF_MAX_FRAMES + 1];
     heap->sampling = true; /* what the unwinder allocates is not sampled */
-    int n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
+    int n = hz_unwind(frames, HZ_PROF_MAX_FRAMES + 1);
+    if (n < 0) n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
     void *p = hz_large_alloc(size, alignment, zero);
     heap->sampling = false;
     errno = saved_errno;

@@ -1,6 +1,9 @@
 /* unit_core.c - unit tests of the core, linked with the allocator's objects directly
  * (no libc names): the size-class table and the pointer -> page/owner lookup. */
+#include <alloca.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,9 @@
 
 #include "hakozuna.h"
 #include "freelist.h"
+
+#define HZ_UNIT_NOINLINE __attribute__((noinline))
+int hz_unwind(void **frames, int max); /* the library's, hidden there */
 
 static int failures;
 #define EXPECT(c, ...)                                                  \
@@ -324,6 +330,74 @@ static void test_fork_waits_bounded(void) {
     if (took >= 2.0) fprintf(stderr, "unit_core: fork took %.2f s\n", took);
 }
 
+/* The heap profile's unwinder gives the stack backtrace() gives, through frames
+ * whose CFA is rsp-based and frames that keep rbp as a frame pointer (alloca makes
+ * one), from a cold table and from a warm one, in the main thread and in another. */
+enum { UNWIND_MAX = 40 };
+struct unwind_pair {
+    void *ours[UNWIND_MAX], *theirs[UNWIND_MAX];
+    int n_ours, n_theirs;
+};
+
+static HZ_UNIT_NOINLINE void unwind_leaf(struct unwind_pair *u) {
+    u->n_ours = hz_unwind(u->ours, UNWIND_MAX);
+    u->n_theirs = backtrace(u->theirs, UNWIND_MAX);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
+static HZ_UNIT_NOINLINE int unwind_chain(struct unwind_pair *u, int depth) {
+    volatile char *pad = depth % 2 ? alloca(32 + (size_t)depth) : NULL;
+    if (pad != NULL) pad[0] = (char)depth;
+    int r = 0;
+    if (depth > 0) r = unwind_chain(u, depth - 1);
+    else unwind_leaf(u);
+    __asm__ volatile("" ::: "memory");
+    return r + (pad != NULL ? pad[0] : 1);
+}
+
+static void unwind_check(const char *where) {
+    for (int round = 0; round < 2; round++) {
+        struct unwind_pair u;
+        memset(&u, 0, sizeof u);
+        unwind_chain(&u, 7);
+        EXPECT(u.n_ours > 9, "%s: only %d frames", where, u.n_ours);
+        if (u.n_ours <= 9) return;
+        /* [0] is where each was called in unwind_leaf: different addresses.  A
+         * sanitizer that intercepts backtrace() adds its own frame before it. */
+        int skew = 0;
+        while (skew < 2 && u.theirs[1 + skew] != u.ours[1]) skew++;
+        EXPECT(u.n_ours + skew == u.n_theirs, "%s, round %d: %d frames, backtrace %d", where,
+               round, u.n_ours, u.n_theirs);
+        for (int i = 1; i < u.n_ours && i + skew < u.n_theirs; i++)
+            EXPECT(u.ours[i] == u.theirs[i + skew], "%s, round %d: frame %d is %p, backtrace %p",
+                   where, round, i, u.ours[i], u.theirs[i + skew]);
+    }
+}
+
+static void *unwind_thread(void *arg) {
+    (void)arg;
+    unwind_check("another thread");
+    return NULL;
+}
+
+static void test_unwind(void) {
+#if defined(__x86_64__)
+    void *warm[2];
+    (void)backtrace(warm, 2); /* libgcc is loaded */
+    unwind_check("main thread");
+    /* An object unloaded: the table starts a new generation, and still agrees. */
+    const char *lib = getenv("HZ_TEST_FOREIGN_LIB");
+    void *h = lib != NULL ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (h != NULL) {
+        dlclose(h);
+        unwind_check("after a dlclose");
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, unwind_thread, NULL);
+    pthread_join(t, NULL);
+#endif
+}
+
 int main(void) {
     test_classes();
     test_lookup();
@@ -333,11 +407,12 @@ int main(void) {
     test_stash();
     test_forked_heap();
     test_fork_waits_bounded();
+    test_unwind();
     if (failures) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, lookup, page lengths, kept pages, reuse, stash, forked heap, bounded fork: ok\n",
+    printf("unit_core (%s): size classes, lookup, page lengths, kept pages, reuse, stash, forked heap, bounded fork, unwind: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }
