@@ -16,8 +16,9 @@
  * leaves the free fast path for it (hz_free_other) and the fast path pays nothing.
  * realloc, malloc_usable_size and frees from any thread work as for any large
  * block; only where it sits differs, which the program cannot tell.  A small sample
- * costs one page of memory and one mapping while it lives (or one from the large
- * cache), at a rate of one per `rate` bytes allocated.
+ * takes a 64 KiB mapping (SAMPLE_MAP), of which it touches a page or two, while it
+ * lives: one size, so that the large cache hands a freed sample's mapping to the
+ * next sample, at a rate of one per `rate` bytes allocated.
  *
  * The stack comes from unwind.c, which reads the unwind tables once per return
  * address and keeps what it learnt.  For a frame it cannot step through, glibc's
@@ -45,6 +46,7 @@ static struct hz_prof_segment *_Atomic prof_seg;      /* NULL: nothing to update
  * profile never takes the process near vm.max_map_count (65530 by default). */
 #define HZ_PROF_MAX_LIVE 16384
 static _Atomic uint32_t live_samples;
+#define SAMPLE_MAP ((size_t)64 << 10)
 
 HZ_INLINE struct hz_prof_trace *trace_at(struct hz_prof_segment *s, uint32_t i) {
     return (struct hz_prof_trace *)((char *)s + s->header_size) + i;
@@ -153,7 +155,12 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
     heap->sampling = true; /* what the unwinder allocates is not sampled */
     int n = hz_unwind(frames, HZ_PROF_MAX_FRAMES + 1);
     if (n < 0) n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
-    void *p = hz_large_alloc(size, alignment, zero);
+    /* Served from a mapping of SAMPLE_MAP bytes at least: the large cache takes a
+     * mapping back only for a request of about its size, so that the freed samples'
+     * mappings serve the next samples whatever their sizes (no system call, no page
+     * to fault in afresh).  The profile counts the size asked for. */
+    size_t serve = size < SAMPLE_MAP - HZ_LARGE_HEADER ? SAMPLE_MAP - HZ_LARGE_HEADER : size;
+    void *p = hz_large_alloc(serve, alignment, zero);
     heap->sampling = false;
     errno = saved_errno;
     if (p == NULL) {
