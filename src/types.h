@@ -14,6 +14,7 @@
 #define HZ_TYPES_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -8,7 +8,9 @@
  * purges less than two waves' worth (an allocator that gives each freed wave back
  * at once purges one wave per wave) and the process takes fewer page faults than
  * the pages of two waves.  The waves follow each other within a few milliseconds,
- * well inside the purge delay, so time-based purging has nothing to return.
+ * well inside the purge delay, so time-based purging has nothing to return; a wave
+ * that the machine stalled for longer than the purge delay may rightly see its
+ * memory returned, so each such wave adds one wave to both bounds.
  *
  * The quarantine variants (checked, hardened) hold freed blocks back on purpose and
  * are reported only.
@@ -17,6 +19,8 @@
 
 #include <pthread.h>
 #include <sys/resource.h>
+
+#include "types.h" /* HZ_PURGE_DELAY_MS, as the library was built */
 
 #define WAVE_MIB 48
 #define WAVES 12
@@ -64,7 +68,9 @@ int main(void) {
     unsigned long long purged0 = 0;
     long faults0 = 0;
     double t0 = 0;
+    int stalled = 0; /* measured waves that took longer than the purge delay */
     for (int w = 0; w < WAVES; w++) {
+        double wave_t0 = hz_test_now();
         if (w == MEASURED_FROM) {
             if (hz) CHECK(hz_test_stats(&st), "hz_stats_get failed");
             purged0 = st.bytes_purged;
@@ -88,6 +94,8 @@ int main(void) {
         pthread_cond_broadcast(&cond);
         while (wave_freed < w) pthread_cond_wait(&cond, &lock);
         pthread_mutex_unlock(&lock);
+        if (w >= MEASURED_FROM && hz_test_now() - wave_t0 > HZ_PURGE_DELAY_MS / 1000.0)
+            stalled++;
     }
     double took = hz_test_now() - t0;
     long faults = minor_faults() - faults0;
@@ -100,8 +108,8 @@ int main(void) {
 
     int measured = WAVES - MEASURED_FROM;
     long wave_pages = (long)(((size_t)WAVE_MIB << 20) / page);
-    printf("%d waves of %d MiB in %.2f s: %ld page faults (a wave is %ld pages)\n", measured,
-           WAVE_MIB, took, faults, wave_pages);
+    printf("%d waves of %d MiB in %.2f s (%d longer than the purge delay): %ld page faults (a "
+           "wave is %ld pages)\n", measured, WAVE_MIB, took, stalled, faults, wave_pages);
     if (!hz) return 0;
     CHECK(hz_test_stats(&st), "hz_stats_get failed");
     unsigned long long purged = st.bytes_purged - purged0;
@@ -113,10 +121,11 @@ int main(void) {
     /* Time-based purging may rightly return memory if the machine stalled us for
      * longer than the purge delay: only a run fast enough to tell is judged. */
     if (took > measured * 0.05) SKIP("the waves took %.2f s: too slow to tell waves from idling", took);
-    CHECK(purged < 2ULL * ((unsigned long long)WAVE_MIB << 20),
+    unsigned long long allowed = 2ULL + (unsigned long long)stalled;
+    CHECK(purged < allowed * ((unsigned long long)WAVE_MIB << 20),
           "%llu MiB purged over %d waves of %d MiB: freed waves are given back and faulted in "
           "again", purged >> 20, measured, WAVE_MIB);
-    CHECK(faults < 2 * wave_pages, "%ld page faults over %d waves of %ld pages", faults, measured,
-          wave_pages);
+    CHECK(faults < (long)allowed * wave_pages, "%ld page faults over %d waves of %ld pages",
+          faults, measured, wave_pages);
     return 0;
 }
