@@ -127,6 +127,17 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     return page;
 }
 
+/* A page that ran out of free blocks leaves its queue, and comes back when an eighth
+ * of its blocks were freed, not at the first: with a large live set and scattered
+ * frees, pages that came back with one block each made a refill (and a cold first
+ * block) of every other malloc.  Its `used` is lowered by this offset meanwhile, so
+ * that the free fast path's one test for zero finds that moment; up to an eighth of
+ * a full page's blocks wait for it. */
+static int32_t full_offset(const hz_page_t *page) {
+    uint32_t back = page->reserved / 8u;
+    return (int32_t)page->reserved - (int32_t)(back > 0 ? back : 1);
+}
+
 static void page_retire(hz_heap_t *heap, hz_page_t *page) {
     unsigned cls = page->cls;
     if (page->in_queue) {
@@ -178,13 +189,13 @@ static bool retire_kept(hz_heap_t *heap) {
     return any;
 }
 
-/* After a free dropped a page to zero used blocks, or hit a page marked full. */
+/* After a free dropped a page to zero used blocks, or a full page got enough back. */
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     hz_shm_tick();
-    bool was_full = page->used < 0;
-    /* Below zero while queued: more frees than blocks handed out. */
-    if (hz_unlikely(was_full && page->in_queue)) hz_report_double_free(NULL, page->block_size);
-    page->used &= ~HZ_PAGE_FULL;
+    bool was_full = !page->in_queue;
+    if (was_full) page->used += full_offset(page);
+    /* Below zero: more frees than blocks handed out. */
+    if (hz_unlikely(page->used < 0)) hz_report_double_free(NULL, page->block_size);
     if (page->used == 0) {
         if (keep_current(heap, page)) return; /* trim and thread exit retire it */
         heap->busy++; /* queues change: a fork from a signal handler must not trust them */
@@ -240,8 +251,8 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
             page_extend(heap, page);
             break;
         }
-        queue_remove(q, page); /* full: back in a queue when a block is freed */
-        page->used |= HZ_PAGE_FULL;
+        queue_remove(q, page); /* full: back in the queue once a few blocks are freed */
+        page->used -= full_offset(page);
     }
     if (page == NULL) {
         page = page_new(heap, cls);

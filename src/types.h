@@ -165,14 +165,12 @@
 enum { HZ_SEG_NONE = 0, HZ_SEG_SMALL = 1, HZ_SEG_LARGE = 2 };
 
 /* ----------------------------------------------------------------- pages */
-#define HZ_PAGE_FULL INT32_MIN
-
 typedef struct hz_page {
     void *free;          /* blocks ready to hand out, most recently freed first */
-    int32_t used;        /* blocks handed out and not yet back on a list, plus
-                            HZ_PAGE_FULL while unlinked from its queue because no
-                            free block is left: one signed test in free catches both
-                            "now empty" and "was full" */
+    int32_t used;        /* blocks handed out and not yet back on a list, less an
+                            offset while unlinked from its queue because no free
+                            block was left (page.c, full_offset): one test in free
+                            catches both "now empty" and "full page, enough back" */
     uint32_t block_size;
     uint64_t carved_rank;/* capacity (blocks carved from the span so far) times the
                             rank step: below it exactly the ranks of carved blocks */

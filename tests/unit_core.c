@@ -180,6 +180,42 @@ static void test_kept_pages(void) {
 #endif
 }
 
+/* A page that ran out of blocks rejoins its class's queue once an eighth of its
+ * blocks are back, not at the first: in between its freed blocks wait, and the next
+ * mallocs come from another page. */
+static void test_full_page_requeue(void) {
+#if !HZ_DEBUG && !HZ_HARDENED /* their quarantines hold frees back */
+    enum { MAX_BLOCKS = 4200 };
+    size_t n = 1000;
+    static char *blocks[MAX_BLOCKS];
+    unsigned count = 0;
+    hz_page_t *first = NULL;
+    while (count < MAX_BLOCKS) { /* fill one page, and take one block of the next */
+        char *p = blocks[count++] = hz_malloc(n);
+        EXPECT(p != NULL, "malloc %zu", n);
+        if (p == NULL) return;
+        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
+        if (first == NULL) first = page;
+        if (page != first) break;
+    }
+    unsigned full = count - 1, back = first->reserved / 8;
+    EXPECT(full == first->reserved && back >= 2, "a page of %u blocks took %u", first->reserved,
+           full);
+    for (unsigned i = 0; i < back - 1; i++) hz_free(blocks[i]);
+    EXPECT(!first->in_queue, "the full page rejoined its queue after %u of %u frees", back - 1,
+           back);
+    char *p = hz_malloc(n);
+    EXPECT(hz_page_of(hz_segment_of(p), CORE_BLOCK(p)) != first,
+           "a block came from the full page before it rejoined");
+    hz_free(p);
+    hz_free(blocks[back - 1]);
+    EXPECT(first->in_queue && first->used == (int32_t)(full - back),
+           "after %u frees the page is %s with %d blocks out (want %u)", back,
+           first->in_queue ? "queued" : "not queued", first->used, full - back);
+    for (unsigned i = back; i < count; i++) hz_free(blocks[i]);
+#endif
+}
+
 static void test_reuse_and_zero(void) {
     /* A freed block is handed out again (LIFO) and calloc memory is zero after reuse. */
     char *a = hz_malloc(48);
@@ -403,6 +439,7 @@ int main(void) {
     test_lookup();
     test_page_lengths();
     test_kept_pages();
+    test_full_page_requeue();
     test_reuse_and_zero();
     test_stash();
     test_forked_heap();
@@ -412,7 +449,7 @@ int main(void) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, lookup, page lengths, kept pages, reuse, stash, forked heap, bounded fork, unwind: ok\n",
+    printf("unit_core (%s): size classes, lookup, page lengths, kept pages, full page requeue, reuse, stash, forked heap, bounded fork, unwind: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }
