@@ -406,14 +406,24 @@ static int find_object_cb(struct dl_phdr_info *info, size_t size, void *arg) {
 #define CACHE_SLOTS 4096 /* a power of two; 64 KiB, touched only by a profile */
 #define CACHE_PROBES 16
 /* key: the address looked up, with the table's generation in the top 16 bits (user
- * addresses on x86-64 fit in 47); 0: free.  A claimed key never changes, and its
- * rule is written once, after it (0 until then: a miss). */
+ * addresses on x86-64 fit in 47); 0: free; KEY_CLAIMED while its finder writes the
+ * rule, which it publishes by storing the key after it (release), so that a reader
+ * that sees a key sees that key's rule, or 0 (a miss) if a new generation is
+ * clearing the table meanwhile. */
+#define KEY_CLAIMED 1
 static struct {
     _Atomic uint64_t key;
     _Atomic uint64_t rule;
 } cache[CACHE_SLOTS];
 static _Atomic uint64_t generation;
 static _Atomic unsigned long long subs_seen;
+
+/* The rule for pc from the tables of the object that holds it. */
+static struct rule rule_uncached(uint64_t pc) {
+    struct find_object f = {pc, NULL, 0};
+    dl_iterate_phdr(find_object_cb, &f);
+    return f.hdr != NULL ? rule_from_tables(f.hdr, pc) : rule_of_kind(RULE_END);
+}
 
 static struct rule rule_for(uint64_t pc, uint64_t gen) {
     uint64_t key = pc | gen << 48;
@@ -422,23 +432,21 @@ static struct rule rule_for(uint64_t pc, uint64_t gen) {
         size_t i = (size_t)(h + probe) & (CACHE_SLOTS - 1);
         uint64_t k = atomic_load_explicit(&cache[i].key, memory_order_acquire);
         if (k == key) {
-            uint64_t v = atomic_load_explicit(&cache[i].rule, memory_order_acquire);
+            uint64_t v = atomic_load_explicit(&cache[i].rule, memory_order_relaxed);
             if (v != 0) return rule_unpack(v);
-            break; /* being filled: work it out */
+            break; /* cleared by a new generation meanwhile: work it out */
         }
         if (k != 0) continue;
-        struct find_object f = {pc, NULL, 0};
-        dl_iterate_phdr(find_object_cb, &f);
-        struct rule r = f.hdr != NULL ? rule_from_tables(f.hdr, pc) : rule_of_kind(RULE_END);
-        if (atomic_compare_exchange_strong_explicit(&cache[i].key, &k, key,
-                                                    memory_order_acq_rel,
-                                                    memory_order_relaxed))
-            atomic_store_explicit(&cache[i].rule, rule_pack(r), memory_order_release);
+        struct rule r = rule_uncached(pc);
+        if (atomic_compare_exchange_strong_explicit(&cache[i].key, &k, KEY_CLAIMED,
+                                                    memory_order_acquire,
+                                                    memory_order_relaxed)) {
+            atomic_store_explicit(&cache[i].rule, rule_pack(r), memory_order_relaxed);
+            atomic_store_explicit(&cache[i].key, key, memory_order_release);
+        }
         return r;
     }
-    struct find_object f = {pc, NULL, 0};
-    dl_iterate_phdr(find_object_cb, &f);
-    return f.hdr != NULL ? rule_from_tables(f.hdr, pc) : rule_of_kind(RULE_END);
+    return rule_uncached(pc);
 }
 
 /* The table's generation: a new one (old entries never match again) when an

@@ -368,7 +368,8 @@ static void test_fork_waits_bounded(void) {
 
 /* The heap profile's unwinder gives the stack backtrace() gives, through frames
  * whose CFA is rsp-based and frames that keep rbp as a frame pointer (alloca makes
- * one), from a cold table and from a warm one, in the main thread and in another. */
+ * one), from a cold table and from a warm one, in the main thread and in others,
+ * while objects are loaded and unloaded. */
 enum { UNWIND_MAX = 40 };
 struct unwind_pair {
     void *ours[UNWIND_MAX], *theirs[UNWIND_MAX];
@@ -411,8 +412,8 @@ static void unwind_check(const char *where) {
 }
 
 static void *unwind_thread(void *arg) {
-    (void)arg;
-    unwind_check("another thread");
+    int rounds = *(const int *)arg;
+    for (int i = 0; i < rounds; i++) unwind_check("another thread");
     return NULL;
 }
 
@@ -428,9 +429,17 @@ static void test_unwind(void) {
         dlclose(h);
         unwind_check("after a dlclose");
     }
-    pthread_t t;
-    pthread_create(&t, NULL, unwind_thread, NULL);
-    pthread_join(t, NULL);
+    /* Threads walk at once while objects come and go: the table is filled, read
+     * and cleared for a new generation concurrently. */
+    enum { WALKERS = 3 };
+    int rounds = 40;
+    pthread_t t[WALKERS];
+    for (int i = 0; i < WALKERS; i++) pthread_create(&t[i], NULL, unwind_thread, &rounds);
+    for (int i = 0; lib != NULL && i < 20; i++) {
+        void *again = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (again != NULL) dlclose(again);
+    }
+    for (int i = 0; i < WALKERS; i++) pthread_join(t[i], NULL);
 #endif
 }
 
