@@ -229,7 +229,6 @@ void hz_heap_retire_empty(hz_heap_t *heap) {
     }
 }
 
-/* A page of class cls with a block on its free list, made current. */
 /* The next refills of a class take the pages queued behind its new current page,
  * each with a few free blocks when the live set is large and the frees scattered:
  * start fetching the first block of the next one (whose descriptor the previous
@@ -241,6 +240,7 @@ static void prefetch_queue(const hz_page_t *next) {
     __builtin_prefetch(next->next);
 }
 
+/* A page of class cls with a block on its free list, made current. */
 static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     hz_page_queue_t *q = &heap->queues[cls];
     hz_page_t *page = q->first, *next;

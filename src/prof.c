@@ -155,10 +155,8 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
     heap->sampling = true; /* what the unwinder allocates is not sampled */
     int n = hz_unwind(frames, HZ_PROF_MAX_FRAMES + 1);
     if (n < 0) n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
-    /* Served from a mapping of SAMPLE_MAP bytes at least: the large cache takes a
-     * mapping back only for a request of about its size, so that the freed samples'
-     * mappings serve the next samples whatever their sizes (no system call, no page
-     * to fault in afresh).  The profile counts the size asked for. */
+    /* One mapping size for all small samples (see above); the profile counts the
+     * size asked for. */
     size_t serve = size < SAMPLE_MAP - HZ_LARGE_HEADER ? SAMPLE_MAP - HZ_LARGE_HEADER : size;
     void *p = hz_large_alloc(serve, alignment, zero);
     heap->sampling = false;

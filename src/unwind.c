@@ -287,12 +287,19 @@ static bool run_cfa(struct cursor c, const struct cie *cie, uint64_t loc, uint64
     return c.ok && c.p <= c.end;
 }
 
-/* Reads the CIE at p; false for a version or augmentation it does not know. */
-static bool read_cie(const uint8_t *p, struct cie *cie) {
-    struct cursor c = {p, p + 16, true};
+/* A cursor over the CIE or FDE at p, past its length (32 bits, or 64 after an
+ * escape), ending where the entry ends. */
+static struct cursor open_entry(const uint8_t *p) {
+    struct cursor c = {p, p + 12, true};
     uint64_t len = read_fixed(&c, 4);
     if (len == 0xffffffffu) len = read_fixed(&c, 8);
     c.end = c.p + len;
+    return c;
+}
+
+/* Reads the CIE at p; false for a version or augmentation it does not know. */
+static bool read_cie(const uint8_t *p, struct cie *cie) {
+    struct cursor c = open_entry(p);
     if (!c.ok || read_fixed(&c, 4) != 0) return false; /* a CIE's id is 0 */
     uint8_t version = read_u8(&c);
     if (version != 1 && version != 3) return false;
@@ -346,10 +353,7 @@ static const uint8_t *find_fde(const uint8_t *hdr, uint64_t pc) {
 static struct rule rule_from_tables(const uint8_t *hdr, uint64_t pc) {
     const uint8_t *fde = find_fde(hdr, pc);
     if (fde == NULL) return rule_of_kind(RULE_END); /* as libgcc: no FDE, no caller */
-    struct cursor c = {fde, fde + 16, true};
-    uint64_t len = read_fixed(&c, 4);
-    if (len == 0xffffffffu) len = read_fixed(&c, 8);
-    c.end = c.p + len;
+    struct cursor c = open_entry(fde);
     const uint8_t *id_at = c.p;
     uint64_t cie_ptr = read_fixed(&c, 4);
     struct cie cie;
