@@ -38,6 +38,11 @@
  * The line "[EFFECTIVE_REMOTE] target=R% actual=A% fallback_rate=F%" reports
  * A = remote_sent / loop_frees * 100 and F = fallbacks / remote attempts * 100.
  *
+ * in_flight_peak is the most blocks seen in all rings at once, sampled every
+ * millisecond by the main thread: memory the program itself holds while a
+ * descheduled receiver does not drain its ring, which depends on scheduling and
+ * must be told apart from the allocator's own overhead in peak_rss_kb.
+ *
  * The sequence of slots, sizes and remote decisions of each thread depends
  * only on the seed, so the printed checksum is reproducible.
  *
@@ -93,6 +98,21 @@ static uint64_t g_threads, g_iters, g_ws, g_min, g_max, g_remote_pct, g_seed;
 static ring *g_rings;
 static worker *g_workers;
 static pthread_barrier_t g_barrier;
+static atomic_uint g_finished; /* workers past their final drain */
+
+/* Blocks in all rings now (each count read without stopping the threads). */
+static uint64_t rings_occupancy(void)
+{
+    uint64_t n = 0, i;
+
+    for (i = 0; i < g_threads; i++) {
+        const uint64_t head = atomic_load_explicit(&g_rings[i].head, memory_order_relaxed);
+        const uint64_t tail = atomic_load_explicit(&g_rings[i].tail, memory_order_relaxed);
+
+        n += tail > head ? tail - head : 0;
+    }
+    return n;
+}
 
 static inline uint64_t ring_index(const ring *r, uint64_t n)
 {
@@ -217,6 +237,7 @@ static void *worker_main(void *arg)
         frees += ring_drain(inbound, &tags_read);
     }
     w->end = bench_now();
+    atomic_fetch_add_explicit(&g_finished, 1, memory_order_release);
     free(slots);
 
     w->mallocs = mallocs;
@@ -239,6 +260,7 @@ int main(int argc, char **argv)
     pthread_t *tids;
     size_t rings_bytes, workers_bytes;
     uint64_t i;
+    uint64_t in_flight_peak = 0;
     double t0, t1, actual, fallback_rate;
 
     bench_check_argc(USAGE, argc, 6, 8);
@@ -287,6 +309,13 @@ int main(int argc, char **argv)
     for (i = 0; i < g_threads; i++)
         bench_thread_create(&tids[i], worker_main, &g_workers[i]);
     pthread_barrier_wait(&g_barrier);
+    while (atomic_load_explicit(&g_finished, memory_order_acquire) < g_threads) {
+        const uint64_t n = rings_occupancy();
+
+        if (n > in_flight_peak)
+            in_flight_peak = n;
+        bench_sleep_ms(1);
+    }
     for (i = 0; i < g_threads; i++)
         bench_thread_join(tids[i]);
     pthread_barrier_destroy(&g_barrier);
@@ -333,10 +362,10 @@ int main(int argc, char **argv)
     printf("[" PROG "] threads=%" PRIu64 " iters=%" PRIu64 " ws=%" PRIu64 " min=%" PRIu64 " max=%" PRIu64
            " remote_pct=%" PRIu64 " ring_slots=%" PRIu64 " remote_target=next seed=0x%" PRIx64
            " ops=%" PRIu64 " remote_sent=%" PRIu64 " loop_frees=%" PRIu64 " fallbacks=%" PRIu64
-           " ops/s=%.1f time_s=%.6f peak_rss_kb=%ld checksum=0x%016" PRIx64 "\n",
+           " ops/s=%.1f time_s=%.6f peak_rss_kb=%ld in_flight_peak=%" PRIu64 " checksum=0x%016" PRIx64 "\n",
            g_threads, g_iters, g_ws, g_min, g_max, g_remote_pct, ring_slots, g_seed, mallocs + frees, sent,
            loop_frees, fallbacks, bench_rate((double)(mallocs + frees), t1 - t0), t1 - t0, bench_peak_rss_kb(),
-           bench_checksum_final(cs));
+           in_flight_peak, bench_checksum_final(cs));
     printf("[EFFECTIVE_REMOTE] target=%" PRIu64 "%% actual=%.2f%% fallback_rate=%.3f%%\n", g_remote_pct, actual,
            fallback_rate);
     return 0;

@@ -287,6 +287,27 @@ else
     fail "EFFECTIVE_REMOTE line missing or malformed with a 1-slot ring"
 fi
 
+# ------------------------------------------------------------ in_flight_peak
+# The most blocks seen in the rings at once: never more than the rings hold (one
+# slot each here), none without a second thread.
+in_flight() {
+    run bench_random_mixed_mt_remote_malloc "$@"
+    [ "$RC" -eq 0 ] || return 0
+    sed -n 's/.* in_flight_peak=\([0-9][0-9]*\) checksum=.*/\1/p' "$OUT"
+}
+f=$(in_flight 3 20000 32 16 256 90 1)
+if [ -n "$f" ] && [ "$f" -le 3 ]; then
+    pass "in_flight_peak=$f with three 1-slot rings"
+else
+    fail "in_flight_peak with three 1-slot rings: expected 0..3, got '$f'"
+fi
+f=$(in_flight 1 20000 32 16 256 90)
+if [ "$f" = 0 ]; then
+    pass "in_flight_peak=0 with one thread"
+else
+    fail "in_flight_peak with one thread: expected 0, got '$f'"
+fi
+
 # -------------------------------------------------------- reproducibility
 expect_reproducible "random_mixed_args" \
     "bench_random_mixed_malloc_args 50000 128 16 4096" \
