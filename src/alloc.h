@@ -2,8 +2,9 @@
  *
  * Both are inlined into every entry point (malloc, hz_malloc, operator new, ...).
  * Budget: malloc is a TLS load, a table load and a list pop (about a dozen
- * instructions); free is a segment-map probe, a page lookup, an owner compare and a
- * list push (about twenty).  Anything else leaves through one non-inlined call.
+ * instructions; the tables are indexed by the size itself up to 64 KiB, so only
+ * larger requests compute their class); free is a segment-map probe, a page
+ * lookup, an owner compare and a list push (about twenty).  Anything else leaves through one non-inlined call.
  * malloc also pays the heap profile's countdown: a subtract and a branch (prof.c),
  * and a prefetch of the next block of the list it pops.
  * Hardening (freelist.h) adds a link check and a cleared link word to malloc, and a
@@ -44,6 +45,8 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
     if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(size);
     if (hz_likely(size <= HZ_DIRECT_MAX))
         page = heap->direct[(size + 15) >> 4];
+    else if (hz_likely(size <= HZ_DIRECT_MID_MAX))
+        page = heap->direct_mid[(size + 255) >> 8];
     else if (hz_likely(size <= HZ_MEDIUM_MAX))
         page = heap->current[hz_size_class(size)];
     else

@@ -36,6 +36,7 @@ hz_lock_t *hz_upkeep_lock(void) { return &upkeep_lock; }
 /* The pages the fast path sees: none, so the next allocation takes the slow path. */
 static void heap_reset(hz_heap_t *heap) {
     for (unsigned i = 0; i < HZ_DIRECT_SLOTS; i++) heap->direct[i] = &hz_empty_page;
+    for (unsigned i = 0; i < HZ_DIRECT_MID_SLOTS; i++) heap->direct_mid[i] = &hz_empty_page;
     for (unsigned c = 0; c < HZ_CLASSES; c++) heap->current[c] = &hz_empty_page;
     hz_stash_init(heap);
 }

@@ -13,10 +13,12 @@
 hz_page_t hz_empty_page = {.free = HZ_LIST_EMPTY};
 hz_heap_t hz_empty_heap = {
     .direct = {[0 ... HZ_DIRECT_SLOTS - 1] = &hz_empty_page},
+    .direct_mid = {[0 ... HZ_DIRECT_MID_SLOTS - 1] = &hz_empty_page},
     .current = {[0 ... HZ_CLASSES - 1] = &hz_empty_page},
 };
 hz_heap_t hz_exiting_heap = {
     .direct = {[0 ... HZ_DIRECT_SLOTS - 1] = &hz_empty_page},
+    .direct_mid = {[0 ... HZ_DIRECT_MID_SLOTS - 1] = &hz_empty_page},
     .current = {[0 ... HZ_CLASSES - 1] = &hz_empty_page},
 };
 __thread hz_heap_t *hz_tls_heap __attribute__((tls_model("initial-exec"))) = &hz_empty_heap;

@@ -155,6 +155,10 @@
 #define HZ_ALIGNMENT 16
 #define HZ_DIRECT_MAX 2048                     /* sizes served by heap->direct[] */
 #define HZ_DIRECT_SLOTS (HZ_DIRECT_MAX / 16 + 1)
+/* ...and by heap->direct_mid[], in steps of 256 B, which every class between them
+ * is a multiple of. */
+#define HZ_DIRECT_MID_MAX 65536
+#define HZ_DIRECT_MID_SLOTS (HZ_DIRECT_MID_MAX / 256 + 1)
 #define HZ_MEDIUM_MAX ((size_t)2 << 20)        /* larger requests are "large" */
 #define HZ_CLASSES 121                         /* class 0 unused; 1..120 */
 #define HZ_ALIGNED_CLASS_MAX HZ_MEDIUM_MAX     /* larger alignments go to the large path */
@@ -270,6 +274,7 @@ typedef struct hz_heap {
      * path subtracts every request's size and leaves when it would go below zero. */
     _Atomic uint64_t sample_left;
     hz_page_t *direct[HZ_DIRECT_SLOTS]; /* (size+15)/16 -> page to allocate from */
+    hz_page_t *direct_mid[HZ_DIRECT_MID_SLOTS]; /* (size+255)/256, above HZ_DIRECT_MAX */
     hz_page_t *current[HZ_CLASSES];     /* class -> page to allocate from */
     hz_page_queue_t queues[HZ_CLASSES]; /* pages with free blocks, current first */
     hz_outbox_t outbox[HZ_OUTBOX_WAYS];

@@ -61,6 +61,21 @@ static void test_classes(void) {
     }
 }
 
+/* The fast path's tables (alloc.h) give, for every size they serve, the current
+ * page of the smallest class that holds it. */
+static void test_direct_tables(void) {
+    static hz_heap_t heap;
+    static hz_page_t pages[HZ_CLASSES];
+    for (unsigned c = 1; c < HZ_CLASSES; c++) hz_set_current(&heap, c, &pages[c]);
+    for (size_t n = 0; n <= HZ_DIRECT_MID_MAX; n++) {
+        hz_page_t *got = n <= HZ_DIRECT_MAX ? heap.direct[(n + 15) >> 4]
+                                            : heap.direct_mid[(n + 255) >> 8];
+        unsigned want = hz_size_class(n ? n : 1);
+        EXPECT(got == &pages[want], "size %zu: table gives class %td, not %u", n,
+               got - pages, want);
+    }
+}
+
 /* The core block behind a pointer hz_malloc(n) returned, and the size asked of the
  * core: the checked variant puts a 16-byte header before the caller's bytes and at
  * least 8 bytes of canary after them (debug.c). */
@@ -475,6 +490,7 @@ static void test_unwind(void) {
 
 int main(void) {
     test_classes();
+    test_direct_tables();
     test_lookup();
     test_page_lengths();
     test_kept_pages();
@@ -488,7 +504,7 @@ int main(void) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, lookup, page lengths, kept pages, full page requeue, reuse, stash, forked heap, bounded fork, unwind: ok\n",
+    printf("unit_core (%s): size classes, direct tables, lookup, page lengths, kept pages, full page requeue, reuse, stash, forked heap, bounded fork, unwind: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }
