@@ -4,7 +4,8 @@
  * Budget: malloc is a TLS load, a table load and a list pop (about a dozen
  * instructions; the tables are indexed by the size itself up to 64 KiB, so only
  * larger requests compute their class); free is a segment-map probe, a page
- * lookup, an owner compare and a list push (about twenty).  Anything else leaves through one non-inlined call.
+ * lookup, an owner compare and a list push (about twenty).  Anything else leaves
+ * through one non-inlined call.
  * malloc also pays the heap profile's countdown: a subtract and a branch (prof.c),
  * and a prefetch of the next block of the list it pops.
  * Hardening (freelist.h) adds a link check and a cleared link word to malloc, and a

@@ -36,7 +36,8 @@ void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
     heap->current[cls] = page;
     uint32_t size = hz_class_size[cls], below = cls == 1 ? 0 : hz_class_size[cls - 1];
     if (size <= HZ_DIRECT_MAX) {
-        for (unsigned s = cls == 1 ? 0 : below / 16 + 1; s <= size / 16; s++) heap->direct[s] = page;
+        for (unsigned s = cls == 1 ? 0 : below / 16 + 1; s <= size / 16; s++)
+            heap->direct[s] = page;
     } else if (size <= HZ_DIRECT_MID_MAX) {
         for (unsigned s = below / 256 + 1; s <= size / 256; s++) heap->direct_mid[s] = page;
     }
