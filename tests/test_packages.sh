@@ -283,45 +283,37 @@ fi
 
 section "hzstat"
 if [ -x "$HZSTAT" ]; then
+    # The program writes $ready_file once it runs: a python3 that is a shim (pyenv)
+    # execs through other images first, each publishing a segment of its own under
+    # the same pid, and only the last one stays.
+    ready_file="$work/ready"
     if command -v python3 >/dev/null 2>&1; then
         "$HZRUN" --stats -- python3 -c '
 import os, sys, time
 keep = [bytearray(1000) for _ in range(20000)]
+open(sys.argv[2], "w").close()
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.05)
-' "$stop_file" &
+' "$stop_file" "$ready_file" &
     else
-        "$HZRUN" --stats -- sh -c 'while [ ! -e "$1" ]; do sleep 0.1; done' sh "$stop_file" &
+        "$HZRUN" --stats -- sh -c ': >"$2"; while [ ! -e "$1" ]; do sleep 0.1; done' \
+            sh "$stop_file" "$ready_file" &
     fi
     pid=$!
     i=0
+    while [ ! -e "$ready_file" ] && [ $i -lt 300 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
     # Its segment: /dev/shm/hakozuna.PID, or (a root process, which removes the name
     # at once) a mapping of that name "(deleted)".
     published() {
         [ -e "/dev/shm/hakozuna.$pid" ] ||
             grep -q " /dev/shm/hakozuna\.$pid (deleted)\$" "/proc/$pid/maps" 2>/dev/null
     }
-    # A python3 that is a shim execs the real one: between two images of the process
-    # its segment is briefly gone, so "published" is waited for, not sampled once.
-    wait_published() {
-        i=0
-        while ! published && [ $i -lt 100 ]; do
-            sleep 0.1
-            i=$((i + 1))
-        done
-        published
-    }
-    check "hzrun --stats: the process publishes its segment (hakozuna.$pid)" wait_published
-    # The command may exec through wrappers (a pyenv shim, a shell) before it settles,
-    # each image publishing afresh: give it a few seconds to be read as live.
-    i=0
-    while :; do
-        "$HZSTAT" "$pid" >"$work/hzstat.out" 2>&1
-        rc=$?
-        [ "$rc" -eq 0 ] || [ $i -ge 50 ] && break
-        sleep 0.1
-        i=$((i + 1))
-    done
+    check "hzrun --stats: the process publishes its segment (hakozuna.$pid)" published
+    "$HZSTAT" "$pid" >"$work/hzstat.out" 2>&1
+    rc=$?
     cat "$work/hzstat.out"
     check "hzstat PID: exit 0" test "$rc" -eq 0
     check "hzstat PID: names the library version" grep -q "hakozuna $version" "$work/hzstat.out"
