@@ -39,6 +39,7 @@ static void process_init_core(void) {
     int expect = PROC_UNINIT;
     if (atomic_compare_exchange_strong(&proc_state, &expect, PROC_INITIALIZING)) {
         hz_os_init();
+        hz_segmap_init(); /* before the first segment */
         hz_sizeclass_init();
         hz_guard_init(); /* before the first free list is built */
         atomic_store_explicit(&proc_state, PROC_READY, memory_order_release);

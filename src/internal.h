@@ -123,10 +123,19 @@ HZ_INLINE unsigned hz_size_class(size_t n) {
 
 /* ------------------------------------------------------------ segment map */
 extern _Atomic(_Atomic uintptr_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] HZ_HIDDEN;
+/* The leaves as one array, and its length: HZ_SEGMAP_ENTRIES, or 0 before
+ * hz_segmap_init and where its reservation was refused. */
+extern _Atomic uintptr_t *hz_segmap_flat HZ_HIDDEN;
+extern uintptr_t hz_segmap_flat_entries HZ_HIDDEN;
+void hz_segmap_init(void) HZ_HIDDEN;
 
-/* Map entry of the segment holding address a (types.h): two dependent loads, no test
- * for a missing leaf (absent leaves are the shared zero leaf). */
+/* Map entry of the segment holding address a (types.h): a shift and a load from
+ * the flat array, or two dependent loads through the top table (absent leaves are
+ * the shared zero leaf, so neither way tests for a missing leaf). */
 HZ_INLINE uintptr_t hz_segmap_entry(uintptr_t a) {
+    uintptr_t i = a >> HZ_SEGMENT_SHIFT;
+    if (hz_likely(i < hz_segmap_flat_entries))
+        return atomic_load_explicit(&hz_segmap_flat[i], memory_order_relaxed);
     uintptr_t top = a >> HZ_SEGMAP_TOP_SHIFT;
     if (hz_unlikely(top >= HZ_SEGMAP_TOP_ENTRIES)) return HZ_SEG_NONE;
     _Atomic uintptr_t *leaf = atomic_load_explicit(&hz_segmap_top[top], memory_order_relaxed);
@@ -201,7 +210,8 @@ void *hz_os_map_aligned(size_t size, size_t alignment) HZ_HIDDEN;
 bool hz_os_unmap(void *p, size_t size, size_t committed) HZ_HIDDEN;
 size_t hz_os_purge(void *p, size_t size) HZ_HIDDEN;
 void hz_os_guard(void *p, size_t size) HZ_HIDDEN;
-void hz_os_unguard(void *p, size_t size) HZ_HIDDEN;
+bool hz_os_unguard(void *p, size_t size) HZ_HIDDEN;
+void *hz_os_reserve_zero(size_t size) HZ_HIDDEN;
 void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) HZ_HIDDEN;
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) HZ_HIDDEN;
 uint64_t hz_os_now_ms(void) HZ_HIDDEN;

@@ -193,7 +193,22 @@ size_t hz_os_purge(void *p, size_t size) {
 
 /* Make a page-aligned, committed range inaccessible: a stray access faults. */
 void hz_os_guard(void *p, size_t size) { mprotect(p, size, PROT_NONE); }
-void hz_os_unguard(void *p, size_t size) { mprotect(p, size, PROT_READ | PROT_WRITE); }
+/* ...or writable again; false (ENOMEM) when the kernel will not charge it. */
+bool hz_os_unguard(void *p, size_t size) {
+    if (mprotect(p, size, PROT_READ | PROT_WRITE) == 0) return true;
+    os_failed();
+    errno = ENOMEM;
+    return false;
+}
+
+/* Address space that reads as zero: a private read-only mapping, neither charged
+ * against the overcommit limit nor resident until pages of it are made writable
+ * (hz_os_unguard).  Not counted as mapped: the caller counts what it makes writable. */
+void *hz_os_reserve_zero(size_t size) {
+    void *p = mmap(NULL, hz_align_up(size, hz_os_page_size()), PROT_READ,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
 
 /* Grow or shrink a committed mapping without moving it. */
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) {

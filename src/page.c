@@ -116,7 +116,7 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
             hz_os_guard(guard, ps);
             end = guard;
         } else {
-            hz_os_unguard(guard, ps);
+            (void)hz_os_unguard(guard, ps); /* was writable: cannot be refused */
         }
     }
 #endif

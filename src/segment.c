@@ -8,21 +8,78 @@
 #include "internal.h"
 
 /* ------------------------------------------------------------ segment map */
-/* Lets free() tell our pointers from others' without touching their memory.  Leaves
- * are mapped on demand and never unmapped; the zero leaf is never written. */
+/* Lets free() tell our pointers from others' without touching their memory.
+ *
+ * At start-up the whole map is reserved as one read-only mapping of zeros (256 MiB
+ * of address space, neither charged nor resident), the top table pointing into it,
+ * so that free() finds an entry with one shift and one load instead of going
+ * through the top table.  A page of it is made writable when a segment first lands
+ * in its range (each covers 2 GiB of address space).  Where the reservation is
+ * refused (ulimit -v), leaves are mapped one by one when first needed and lookups
+ * take the two-level way.  Either way nothing of the map is ever unmapped, and the
+ * zero leaf is never written. */
 #define LEAF_BYTES (HZ_SEGMAP_LEAF_ENTRIES * sizeof(uintptr_t))
+#define FLAT_BYTES (HZ_SEGMAP_ENTRIES * sizeof(uintptr_t))
 static _Atomic uintptr_t zero_leaf[HZ_SEGMAP_LEAF_ENTRIES];
 _Atomic(_Atomic uintptr_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] = {
     [0 ... HZ_SEGMAP_TOP_ENTRIES - 1] = zero_leaf,
 };
+_Atomic uintptr_t *hz_segmap_flat;
+uintptr_t hz_segmap_flat_entries;
+/* Which pages of the flat map are writable (one bit per 4 KiB or larger page). */
+static _Atomic uint64_t flat_writable[FLAT_BYTES / 4096 / 64];
+
+void hz_segmap_init(void) {
+    _Atomic uintptr_t *flat = hz_os_reserve_zero(FLAT_BYTES);
+    if (flat == NULL) return;
+    for (size_t t = 0; t < HZ_SEGMAP_TOP_ENTRIES; t++)
+        atomic_store_explicit(&hz_segmap_top[t], flat + t * HZ_SEGMAP_LEAF_ENTRIES,
+                              memory_order_release);
+    hz_segmap_flat = flat;
+    hz_segmap_flat_entries = HZ_SEGMAP_ENTRIES;
+}
+
+/* The page of the flat map holding seg's entry: its number, and its word and bit in
+ * flat_writable. */
+static size_t flat_page_of(const void *seg, size_t *word, uint64_t *bit) {
+    size_t page = ((uintptr_t)seg >> HZ_SEGMENT_SHIFT) * sizeof(uintptr_t) / hz_os_page_size();
+    *word = page / 64;
+    *bit = (uint64_t)1 << (page % 64);
+    return page;
+}
+
+/* Make the page holding seg's entry writable; false if the kernel will not. */
+static bool flat_prepare(const void *seg) {
+    size_t w;
+    uint64_t bit;
+    size_t page = flat_page_of(seg, &w, &bit);
+    if (atomic_load_explicit(&flat_writable[w], memory_order_acquire) & bit) return true;
+    size_t ps = hz_os_page_size();
+    /* Two threads may both get here: mprotect twice is harmless, counting is not. */
+    if (!hz_os_unguard((char *)hz_segmap_flat + page * ps, ps)) return false;
+    if ((atomic_fetch_or_explicit(&flat_writable[w], bit, memory_order_acq_rel) & bit) == 0) {
+        hz_gstat_grow(bytes_mapped, peak_mapped, ps);
+        hz_gstat_grow(bytes_committed, peak_committed, ps);
+        hz_gstat_add(bytes_meta, ps);
+    }
+    return true;
+}
+
+static bool flat_is_writable(const void *seg) {
+    size_t w;
+    uint64_t bit;
+    (void)flat_page_of(seg, &w, &bit);
+    return (atomic_load_explicit(&flat_writable[w], memory_order_acquire) & bit) != 0;
+}
 
 static _Atomic uintptr_t *leaf_of(const void *seg) {
     return atomic_load_explicit(&hz_segmap_top[(uintptr_t)seg >> HZ_SEGMAP_TOP_SHIFT],
                                 memory_order_acquire);
 }
 
-/* Make sure seg has a leaf of its own, so that hz_segmap_set cannot fail. */
+/* Make sure seg's entry is writable, so that hz_segmap_set cannot fail. */
 bool hz_segmap_prepare(const void *seg) {
+    if (hz_segmap_flat_entries != 0) return flat_prepare(seg);
     if (leaf_of(seg) != zero_leaf) return true;
     _Atomic uintptr_t *fresh = hz_os_map_aligned(LEAF_BYTES, 0);
     if (fresh == NULL) return false;
@@ -39,7 +96,8 @@ bool hz_segmap_prepare(const void *seg) {
 /* Store seg's entry (its leaf prepared, unless the entry is HZ_SEG_NONE). */
 static void segmap_store(const void *seg, uintptr_t entry) {
     _Atomic uintptr_t *leaf = leaf_of(seg);
-    if (leaf == zero_leaf) return; /* never set: reads as HZ_SEG_NONE already */
+    /* Never set: reads as HZ_SEG_NONE already. */
+    if (leaf == zero_leaf || (hz_segmap_flat_entries != 0 && !flat_is_writable(seg))) return;
     atomic_store_explicit(&leaf[((uintptr_t)seg >> HZ_SEGMENT_SHIFT) & (HZ_SEGMAP_LEAF_ENTRIES - 1)],
                           entry, memory_order_release);
 }

@@ -143,9 +143,11 @@
 #define HZ_VA_BITS 48
 #endif
 /* The segment map has two levels: a static top table of leaf pointers, and leaves of
- * one word per segment (512 KiB of address space each, covering 256 GiB, committed
- * as touched), mapped when a segment first lands in their range.  Unused top entries
- * point to a shared all-zero leaf. */
+ * one word per segment (512 KiB each, covering 256 GiB of address space).  Unused
+ * top entries point to a shared all-zero leaf.  The leaves are normally consecutive
+ * parts of one reservation, which is then also a flat array of HZ_SEGMAP_ENTRIES
+ * words (segment.c). */
+#define HZ_SEGMAP_ENTRIES ((size_t)1 << (HZ_VA_BITS - HZ_SEGMENT_SHIFT))
 #define HZ_SEGMAP_LEAF_BITS 16
 #define HZ_SEGMAP_LEAF_ENTRIES ((size_t)1 << HZ_SEGMAP_LEAF_BITS)
 #define HZ_SEGMAP_TOP_SHIFT (HZ_SEGMENT_SHIFT + HZ_SEGMAP_LEAF_BITS)

@@ -96,6 +96,15 @@ static void test_lookup(void) {
         EXPECT(p != NULL, "malloc %zu", n);
         if (p == NULL) continue;
         EXPECT(hz_segmap_kind((uintptr_t)p) == HZ_SEG_SMALL, "%zu: not in a small segment", n);
+        /* The flat array (here with no ulimit -v it exists) and the two-level way
+         * read the same word. */
+        uintptr_t a = (uintptr_t)p;
+        EXPECT(hz_segmap_flat_entries == HZ_SEGMAP_ENTRIES, "no flat segment map");
+        if (hz_segmap_flat_entries == HZ_SEGMAP_ENTRIES)
+            EXPECT(&hz_segmap_flat[a >> HZ_SEGMENT_SHIFT] ==
+                       &hz_segmap_top[a >> HZ_SEGMAP_TOP_SHIFT]
+                                     [(a >> HZ_SEGMENT_SHIFT) & (HZ_SEGMAP_LEAF_ENTRIES - 1)],
+                   "%zu: the flat map and the top table disagree", n);
         hz_segment_t *seg = hz_segment_of(p);
         hz_page_t *page = hz_page_of(seg, p);
         char *b = CORE_BLOCK(p);
