@@ -198,11 +198,7 @@ void *hz_realloc_impl(void *p, size_t size) {
         return NULL;
     }
     if (hz_segmap_kind((uintptr_t)p) == HZ_SEG_SMALL) {
-        hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-#if HZ_HARDENING
-        /* Before the copy reads a block's worth from p. */
-        if (hz_unlikely(!hz_block_carved(page, p))) hz_free_invalid(page, p);
-#endif
+        hz_page_t *page = hz_small_block_page(p); /* before the copy reads a block's worth */
         size_t usable = page->block_size;
         if (size <= usable && (size >= usable / 2 || size <= HZ_ALIGNMENT ||
                                hz_size_class(size) == page->cls))

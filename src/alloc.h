@@ -72,14 +72,10 @@ HZ_INLINE void hz_free_fast(void *p) {
         hz_free_other(heap, p, entry); /* another heap's, NULL, large, or not ours */
         return;
     }
-    hz_segment_t *seg = hz_segment_of(p);
-    hz_page_t *page = hz_page_of(seg, p);
+    hz_page_t *page = hz_small_block_page(p);
 #if HZ_HARDENED
     hz_free_quarantine(heap, page, p);
     return;
-#endif
-#if HZ_HARDENING
-    if (hz_unlikely(!hz_block_carved(page, p))) hz_free_invalid(page, p);
 #endif
     hz_link_set(p, page->free); /* LIFO: the next malloc gets a cache-hot block */
     page->free = p;

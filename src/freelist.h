@@ -77,6 +77,16 @@ hz_page_t *hz_block_page(const void *p) HZ_HIDDEN;
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) HZ_HIDDEN;
 /* p is not a block start of `page`: report and abort. */
 HZ_COLD __attribute__((noreturn)) void hz_free_invalid(const hz_page_t *page, const void *p) HZ_HIDDEN;
+/* The page of p, an address in a small segment, once p is known to start one of its
+ * carved blocks: free, realloc and the remote-free intake check this before they
+ * trust p (with hardening; without, unchecked).  Anything else is reported. */
+HZ_INLINE hz_page_t *hz_small_block_page(const void *p) {
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+#if HZ_HARDENING
+    if (hz_unlikely(!hz_block_carved(page, p))) hz_free_invalid(page, p);
+#endif
+    return page;
+}
 /* A block freed twice or a list found broken: report and abort. */
 HZ_COLD __attribute__((noreturn)) void hz_report_double_free(const void *p, size_t bs) HZ_HIDDEN;
 HZ_COLD __attribute__((noreturn)) void hz_report_corrupt(const void *p, size_t bs) HZ_HIDDEN;

@@ -116,8 +116,8 @@ static void quarantine_release(hz_heap_t *heap, void *p) {
     hz_free_local(heap, page, p);
 }
 
+/* p was checked to start a block (hz_small_block_page). */
 void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
-    if (!hz_block_carved(page, p)) hz_free_invalid(page, p);
     if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
     hz_stat_inc(heap->stats.frees[page->cls]);
     memset(p, 0, page->block_size);

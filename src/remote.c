@@ -173,8 +173,7 @@ static void take_in(hz_heap_t *heap, void *p, bool batched) {
     /* A small segment's map entry is its owner: one compare puts p in one of this
      * heap's segments, whose unit map then gives its page. */
     if (hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap) hz_report_corrupt(p, 0);
-    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-    if (!hz_block_carved(page, p)) hz_free_invalid(page, p); /* e.g. an interior pointer */
+    hz_page_t *page = hz_small_block_page(p); /* e.g. an interior pointer: reported */
     if (batched && hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
 #else
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
