@@ -124,7 +124,11 @@ HZ_INLINE unsigned hz_size_class(size_t n) {
 /* ------------------------------------------------------------ segment map */
 extern _Atomic(_Atomic uintptr_t *) hz_segmap_top[HZ_SEGMAP_TOP_ENTRIES] HZ_HIDDEN;
 /* The leaves as one array, and its length: HZ_SEGMAP_ENTRIES, or 0 before
- * hz_segmap_init and where its reservation was refused. */
+ * hz_segmap_init and where its reservation was refused.  Plain words, as the list
+ * key is: written once by process initialisation, which runs before the program
+ * can have a second thread (the loader's first malloc), and read on every free,
+ * where an atomic load would cost an instruction (GCC does not fold it into the
+ * compare). */
 extern _Atomic uintptr_t *hz_segmap_flat HZ_HIDDEN;
 extern uintptr_t hz_segmap_flat_entries HZ_HIDDEN;
 void hz_segmap_init(void) HZ_HIDDEN;

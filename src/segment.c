@@ -30,14 +30,20 @@ uintptr_t hz_segmap_flat_entries;
 static _Atomic uint64_t flat_writable[FLAT_BYTES / 4096 / 64];
 
 void hz_segmap_init(void) {
+    /* Only an empty map may change form: no leaf of the two-level way yet. */
+    for (size_t t = 0; t < HZ_SEGMAP_TOP_ENTRIES; t++)
+        if (atomic_load_explicit(&hz_segmap_top[t], memory_order_relaxed) != zero_leaf) return;
     _Atomic uintptr_t *flat = hz_os_reserve_zero(FLAT_BYTES);
     if (flat == NULL) return;
     for (size_t t = 0; t < HZ_SEGMAP_TOP_ENTRIES; t++)
         atomic_store_explicit(&hz_segmap_top[t], flat + t * HZ_SEGMAP_LEAF_ENTRIES,
                               memory_order_release);
     hz_segmap_flat = flat;
+    atomic_thread_fence(memory_order_release); /* the array before its length */
     hz_segmap_flat_entries = HZ_SEGMAP_ENTRIES;
 }
+
+static bool flat_on(void) { return hz_segmap_flat_entries != 0; }
 
 /* The page of the flat map holding seg's entry: its number, and its word and bit in
  * flat_writable. */
@@ -79,7 +85,7 @@ static _Atomic uintptr_t *leaf_of(const void *seg) {
 
 /* Make sure seg's entry is writable, so that hz_segmap_set cannot fail. */
 bool hz_segmap_prepare(const void *seg) {
-    if (hz_segmap_flat_entries != 0) return flat_prepare(seg);
+    if (flat_on()) return flat_prepare(seg);
     if (leaf_of(seg) != zero_leaf) return true;
     _Atomic uintptr_t *fresh = hz_os_map_aligned(LEAF_BYTES, 0);
     if (fresh == NULL) return false;
@@ -97,7 +103,7 @@ bool hz_segmap_prepare(const void *seg) {
 static void segmap_store(const void *seg, uintptr_t entry) {
     _Atomic uintptr_t *leaf = leaf_of(seg);
     /* Never set: reads as HZ_SEG_NONE already. */
-    if (leaf == zero_leaf || (hz_segmap_flat_entries != 0 && !flat_is_writable(seg))) return;
+    if (leaf == zero_leaf || (flat_on() && !flat_is_writable(seg))) return;
     atomic_store_explicit(&leaf[((uintptr_t)seg >> HZ_SEGMENT_SHIFT) & (HZ_SEGMAP_LEAF_ENTRIES - 1)],
                           entry, memory_order_release);
 }
