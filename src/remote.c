@@ -75,8 +75,10 @@ static void outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
     hz_shm_tick();
 }
 
-static void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
-    hz_outbox_t *box = &heap->outbox[((uintptr_t)owner >> 12) & (HZ_OUTBOX_WAYS - 1)];
+/* The rest of outbox_append: another owner's batch to post first, no batch yet, or
+ * the block that fills the batch. */
+static HZ_NOINLINE void outbox_append_slow(hz_heap_t *heap, hz_outbox_t *box, hz_heap_t *owner,
+                                           void *p) {
     if (box->dest != owner) {
         outbox_flush(heap, box);
         box->dest = owner;
@@ -89,6 +91,18 @@ static void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
     }
     b->blocks[b->count++] = p;
     if (b->count >= HZ_REMOTE_BATCH) outbox_flush(heap, box);
+}
+
+/* Most remote frees only add an address to a batch: kept free of calls, so that
+ * hz_free_remote saves no registers for them. */
+static inline void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+    hz_outbox_t *box = &heap->outbox[((uintptr_t)owner >> 12) & (HZ_OUTBOX_WAYS - 1)];
+    hz_batch_t *b = box->batch;
+    if (hz_likely(box->dest == owner && b != NULL && b->count < HZ_REMOTE_BATCH - 1)) {
+        b->blocks[b->count++] = p;
+        return;
+    }
+    outbox_append_slow(heap, box, owner, p);
 }
 
 /* Send everything this heap holds for other heaps on its way (thread exit, trim). */
@@ -130,31 +144,47 @@ static hz_page_t *sender_check(void *p) {
     return page;
 }
 
-void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
-#if SENDER_READS_PAGE
-    hz_page_t *page = sender_check(p);
-#endif
-    if (hz_unlikely(heap == &hz_empty_heap)) heap = hz_thread_init(); /* batch from now on */
-    if (hz_unlikely(heap == NULL || heap == &hz_exiting_heap)) {
-        /* An exiting thread (or no memory for a heap): post the block alone, linked
-         * through it, so checked here whatever the policy (a block pushed twice
-         * would make the list a loop). */
-#if !SENDER_READS_PAGE
-        hz_page_t *page = sender_check(p);
-#endif
-        __atomic_fetch_add(&hz_heapless_frees[page->cls], 1, __ATOMIC_RELAXED);
-        loose_push(owner, p);
-        posted(owner);
-        return;
-    }
+/* Into the outbox (or, with a stash, kept); page is p's, read by the sender only
+ * where SENDER_READS_PAGE. */
+static inline void remote_batch(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
     hz_stat_inc(heap->stats.remote_sent);
 #if SENDER_READS_PAGE
     hz_stat_inc(heap->stats.frees[page->cls]);
     if (hz_stash_keep(heap, page, p)) return;
 #else
+    (void)page;
     hz_stat_inc(heap->stats.frees[hz_segment_of(p)->unit_class[hz_unit_of(p)]]);
 #endif
     outbox_append(heap, owner, p);
+}
+
+/* A thread with no heap to batch in: at its first free it makes one; past its
+ * heap's destructor (or without memory for one) it posts the block alone, linked
+ * through it, so checked here whatever the policy (a block pushed twice would make
+ * the list a loop).  Out of line, so that hz_free_remote makes no call itself. */
+static HZ_COLD void free_remote_unbatched(hz_heap_t *heap, hz_heap_t *owner, void *p,
+                                          hz_page_t *page) {
+    if (heap == &hz_empty_heap) heap = hz_thread_init(); /* batch from now on */
+    if (heap != NULL && heap != &hz_exiting_heap) {
+        remote_batch(heap, owner, p, page);
+        return;
+    }
+    if (page == NULL) page = sender_check(p);
+    __atomic_fetch_add(&hz_heapless_frees[page->cls], 1, __ATOMIC_RELAXED);
+    loose_push(owner, p);
+    posted(owner);
+}
+
+void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+    hz_page_t *page = NULL;
+#if SENDER_READS_PAGE
+    page = sender_check(p);
+#endif
+    if (hz_unlikely(heap == &hz_empty_heap || heap == NULL || heap == &hz_exiting_heap)) {
+        free_remote_unbatched(heap, owner, p, page);
+        return;
+    }
+    remote_batch(heap, owner, p, page);
 }
 
 bool hz_inbox_pending(hz_heap_t *heap) {
