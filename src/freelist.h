@@ -71,7 +71,11 @@ HZ_INLINE void *hz_link_next(const void *block) {
 /* ------------------------------------------------- slow sides (guard.c) */
 void hz_guard_init(void) HZ_HIDDEN;
 /* The page whose carved block starts at p, or NULL. */
-hz_page_t *hz_block_page(const void *p) HZ_HIDDEN;
+HZ_INLINE hz_page_t *hz_block_page(const void *p) {
+    if (hz_segmap_kind((uintptr_t)p) != HZ_SEG_SMALL) return NULL;
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+    return hz_block_rank(page, p) < hz_page_end_rank(page) ? page : NULL;
+}
 /* A link of a page's list that is not within the segment: the stash's next block
  * (checked) or a corrupted list (reported).  Returns next ^ block. */
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) HZ_HIDDEN;
@@ -90,8 +94,14 @@ HZ_INLINE hz_page_t *hz_small_block_page(const void *p) {
 /* A block freed twice or a list found broken: report and abort. */
 HZ_COLD __attribute__((noreturn)) void hz_report_double_free(const void *p, size_t bs) HZ_HIDDEN;
 HZ_COLD __attribute__((noreturn)) void hz_report_corrupt(const void *p, size_t bs) HZ_HIDDEN;
-/* True when p's first word reads as a link of some list: p is already free. */
-bool hz_block_on_list(const void *p) HZ_HIDDEN;
+/* True when p's first word reads as a link of some list: p is already free.  Inline:
+ * the owner asks it of every block another thread freed (remote.c, take_in). */
+HZ_INLINE bool hz_block_on_list(const void *p) {
+    const void *next = hz_link_next(p);
+    if (next == NULL || next == HZ_LIST_EMPTY) return true; /* last of a remote list, the stash */
+    if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
+    return hz_block_page(next) != NULL;
+}
 /* A page about to be retired: its list must hold every carved block once. */
 void hz_page_verify_empty(const hz_page_t *page) HZ_HIDDEN;
 /* The same check, answered instead of reported. */

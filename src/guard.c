@@ -39,12 +39,6 @@ void hz_guard_init(void) {
 }
 
 /* ---------------------------------------------------------------- checks */
-hz_page_t *hz_block_page(const void *p) {
-    if (hz_segmap_kind((uintptr_t)p) != HZ_SEG_SMALL) return NULL;
-    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-    return hz_block_rank(page, p) < hz_page_end_rank(page) ? page : NULL;
-}
-
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
 #if HZ_STASH_BLOCKS
     /* The stash (a descriptor of no span) holds blocks of many segments. */
@@ -52,13 +46,6 @@ uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
     if (page->units == 0 && (next == HZ_LIST_EMPTY || hz_block_page(next) != NULL)) return rel;
 #endif
     hz_report_corrupt(block, page->block_size);
-}
-
-bool hz_block_on_list(const void *p) {
-    const void *next = hz_link_next(p);
-    if (next == NULL || next == HZ_LIST_EMPTY) return true; /* last of a remote list, the stash */
-    if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
-    return hz_block_page(next) != NULL;
 }
 
 /* Every carved block once, then the end: anything else means a block was freed
