@@ -77,11 +77,8 @@ HZ_INLINE void hz_free_fast(void *p) {
     hz_free_quarantine(heap, page, p);
     return;
 #endif
-    hz_link_set(p, page->free); /* LIFO: the next malloc gets a cache-hot block */
-    page->free = p;
-    page->free_is_zero = 0;
     hz_stat_inc(heap->stats.frees[page->cls]);
-    if (hz_unlikely(hz_dec_le0(&page->used))) hz_page_free_event(heap, page); /* empty or full */
+    hz_page_push(heap, page, p);
 }
 
 #endif /* HZ_ALLOC_H */

@@ -68,6 +68,16 @@ HZ_INLINE void *hz_link_next(const void *block) {
     return (void *)(hz_link_rel(block) ^ (uintptr_t)block);
 }
 
+/* Put p, a block of page already checked to start one, back on page's list: LIFO,
+ * so the next malloc gets a cache-hot block.  The free fast path, the owner taking
+ * remote frees in and the quarantine's release all end here. */
+HZ_INLINE void hz_page_push(hz_heap_t *heap, hz_page_t *page, void *p) {
+    hz_link_set(p, page->free);
+    page->free = p;
+    page->free_is_zero = 0;
+    if (hz_unlikely(hz_dec_le0(&page->used))) hz_page_free_event(heap, page); /* empty or full */
+}
+
 /* ------------------------------------------------- slow sides (guard.c) */
 void hz_guard_init(void) HZ_HIDDEN;
 /* The page whose carved block starts at p, or NULL. */

@@ -100,7 +100,7 @@ static void quarantine_release(hz_heap_t *heap, void *p) {
     uint64_t acc = hz_link_rel(p) ^ ((uintptr_t)p & HZ_SEGMENT_MASK);
     for (size_t i = 1; i < n / 8; i++) acc |= w[i];
     if (acc != 0) hz_report_corrupt(p, page->block_size);
-    hz_free_local(heap, page, p);
+    hz_page_push(heap, page, p);
 }
 
 /* p was checked to start a block (hz_small_block_page). */

@@ -249,7 +249,6 @@ bool hz_segment_cache_trim(void) HZ_HIDDEN;
 /* ------------------------------------------------------------------ pages */
 hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) HZ_HIDDEN;
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
-void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
 void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;
 
 /* ---------------------------------------------------------------- remote */

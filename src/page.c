@@ -213,15 +213,6 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     }
 }
 
-/* A block of this heap coming home by the slow route (remote collection); the
- * caller checked that p is a block start of page. */
-void hz_free_local(hz_heap_t *heap, hz_page_t *page, void *p) {
-    hz_link_set(p, page->free);
-    page->free = p;
-    page->free_is_zero = 0;
-    if (--page->used <= 0) hz_page_free_event(heap, page);
-}
-
 /* Retire every empty page, the current ones too (thread exit, trim). */
 void hz_heap_retire_empty(hz_heap_t *heap) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {

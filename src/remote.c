@@ -208,7 +208,7 @@ static void take_in(hz_heap_t *heap, void *p, bool batched) {
 #else
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
 #endif
-    hz_free_local(heap, page, p);
+    hz_page_push(heap, page, p);
 }
 
 /* An emptied batch goes back to the heap that fills it. */
