@@ -214,7 +214,9 @@ typedef struct hz_segment {
     /* unit -> size class of the page covering it, for threads freeing its blocks: in
      * a line of its own, since the page descriptor's is the owner's busiest. */
     uint8_t unit_class[HZ_UNITS];
-    hz_page_t pages[HZ_UNITS];      /* indexed by a page's first unit */
+    /* Indexed by a page's first unit; a line each, so that free, which reads a
+     * descriptor's last word (block_mul), touches one line and not two. */
+    _Alignas(64) hz_page_t pages[HZ_UNITS];
     /* unit -> page covering it (hz_empty_page if none), in the slice of the
      * segment's colour (hz_unit_pages); the other slices stay untouched. */
     hz_page_t *unit_map[HZ_SEGMENT_COLOURS * HZ_UNITS];
