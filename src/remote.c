@@ -198,16 +198,12 @@ bool hz_inbox_pending(hz_heap_t *heap) {
  * sender, so one that reads as linked is already on a list: freed twice (by two
  * threads, or by one before and one after its owner took it in). */
 static void take_in(hz_heap_t *heap, void *p, bool batched) {
-    (void)batched; /* used only with hardening */
-#if HZ_HARDENING
     /* A small segment's map entry is its owner: one compare puts p in one of this
      * heap's segments, whose unit map then gives its page. */
-    if (hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap) hz_report_corrupt(p, 0);
+    if (HZ_HARDENING && hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap) hz_report_corrupt(p, 0);
     hz_page_t *page = hz_small_block_page(p); /* e.g. an interior pointer: reported */
-    if (batched && hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
-#else
-    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-#endif
+    if (HZ_HARDENING && batched && hz_unlikely(hz_block_on_list(p)))
+        hz_report_double_free(p, page->block_size);
     hz_page_push(heap, page, p);
 }
 
