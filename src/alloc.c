@@ -112,6 +112,25 @@ void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
     hz_gstat_add(foreign_frees, 1); /* the dynamic loader's, or another allocator's */
 }
 
+/* calloc of a block from a fresh span, known zero without being written: its pages
+ * past the first may not be backed yet.  A program that reads such a block before it
+ * writes it (a table's empty slots, a struct's NULL fields) would take two faults per
+ * page: the read maps the kernel's shared zero page, and the write then replaces it
+ * and must flush the old mapping from the TLB of every CPU the process runs on (an
+ * interrupt to each).  A write first takes one fault and flushes nothing, so calloc
+ * writes one byte into each page of the block (4 KiB: the smallest page size).  Above
+ * CALLOC_TOUCH_MAX, the size from which glibc serves calloc from fresh mappings, the
+ * pages are left to be backed as the program touches them, so that a large table used
+ * sparsely stays small. */
+#define CALLOC_TOUCH_MAX ((size_t)128 << 10)
+
+static void touch_pages(char *p, size_t size) {
+    const size_t step = 4096;
+    char *end = p + size;
+    for (char *q = (char *)hz_align_up((uintptr_t)p + 1, step); q < end; q += step)
+        *(volatile char *)q = 0;
+}
+
 void *hz_calloc_impl(size_t count, size_t size) {
     size_t total;
     bool zero = false;
@@ -128,6 +147,7 @@ void *hz_calloc_impl(size_t count, size_t size) {
         p = alloc_class(hz_size_class(total), &zero);
         if (p != NULL && zero) {
             *(void **)p = NULL;
+            if (total <= CALLOC_TOUCH_MAX) touch_pages(p, total);
             return p;
         }
     } else {
