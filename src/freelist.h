@@ -112,9 +112,9 @@ HZ_INLINE bool hz_block_on_list(const void *p) {
     if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
     return hz_block_page(next) != NULL;
 }
-/* A page about to be retired: its list must hold every carved block once. */
+/* A page about to be retired: every carved block must read as free, else reported. */
 void hz_page_verify_empty(const hz_page_t *page) HZ_HIDDEN;
-/* The same check, answered instead of reported. */
+/* Whether the page's list holds every carved block once (a fork child's check). */
 bool hz_page_list_whole(const hz_page_t *page) HZ_HIDDEN;
 #if HZ_HARDENED
 /* The hardened variant's free of a block of the caller's heap. */

@@ -48,36 +48,40 @@ uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
     hz_report_corrupt(block, page->block_size);
 }
 
-/* Every carved block once, then the end: anything else means a block was freed
- * twice (the page only looks empty) or the list was overwritten. */
-enum list_state { LIST_WHOLE, LIST_WRONG_LENGTH, LIST_BROKEN_LINK };
-
-static enum list_state list_check(const hz_page_t *page, const char **at) {
-    const char *b = page->free;
-    for (uint32_t i = 0, n = hz_page_capacity(page); i < n; i++) {
-        if (hz_list_end(b) || !hz_block_carved(page, b)) return LIST_WRONG_LENGTH;
-        uintptr_t rel = hz_link_rel(b);
-        if (rel > HZ_SEGMENT_MASK) {
-            *at = b;
-            return LIST_BROKEN_LINK;
-        }
-        b = (const char *)(rel ^ (uintptr_t)b);
-    }
-    return hz_list_end(b) ? LIST_WHOLE : LIST_WRONG_LENGTH;
+/* The first carved block of page that does not read as free, or NULL.  A free block's
+ * first word is a link within the segment (freelist.h); a block in use has the 0
+ * malloc left there, or what the program wrote since, which decodes to something else
+ * unless the writer knew the secret.  So a page whose count fell to zero through a
+ * double free, while one of its blocks is still in use, shows that block; so does a
+ * free block an overflow wrote into.  Read in address order, not by following the
+ * list: the loads do not wait for one another, and every block is seen whatever its
+ * place on the list. */
+static const char *first_not_free(const hz_page_t *page) {
+    size_t size = page->block_size;
+    const char *b = page->start, *end = b + (size_t)hz_page_capacity(page) * size;
+    for (; b < end; b += size)
+        if (hz_link_rel(b) > HZ_SEGMENT_MASK) return b;
+    return NULL;
 }
 
 void hz_page_verify_empty(const hz_page_t *page) {
-    const char *at = NULL;
-    switch (list_check(page, &at)) {
-    case LIST_WHOLE: return;
-    case LIST_WRONG_LENGTH: hz_report_double_free(NULL, page->block_size);
-    case LIST_BROKEN_LINK: hz_report_corrupt(at, page->block_size);
-    }
+    const char *b = first_not_free(page);
+    if (b != NULL) hz_report_corrupt(b, page->block_size);
 }
 
+/* Every carved block once on the list, then its end.  Stricter than first_not_free
+ * where a block is in use but still reads as free: in a fork child, a malloc that the
+ * fork's signal handler interrupted may have taken a block off the list before it
+ * cleared the block's link. */
 bool hz_page_list_whole(const hz_page_t *page) {
-    const char *at = NULL;
-    return list_check(page, &at) == LIST_WHOLE;
+    const char *b = page->free;
+    for (uint32_t i = 0, n = hz_page_capacity(page); i < n; i++) {
+        if (hz_list_end(b) || !hz_block_carved(page, b)) return false;
+        uintptr_t rel = hz_link_rel(b);
+        if (rel > HZ_SEGMENT_MASK) return false;
+        b = (const char *)(rel ^ (uintptr_t)b);
+    }
+    return hz_list_end(b);
 }
 
 /* ------------------------------------------------------ hardened variant */
