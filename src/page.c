@@ -44,18 +44,30 @@ void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
 }
 
 /* ------------------------------------------------------------------ pages */
-/* Carve the next blocks of the span into the free list: a few KiB at a time, so
- * memory is touched only as it is needed. */
+/* Carve the next blocks of the span into the free list, 16 KiB at a time, so that
+ * memory is touched only as it is needed.  A class's first page in the heap, while
+ * the class never gave a page back, starts with 4 KiB and doubles: every thread
+ * holds a page of each class it ever used, and most classes of most threads hold a
+ * few blocks, which then cost one OS page and not four.  A class whose pages come
+ * and go (blocks sent to other threads) carves in full steps from the start. */
+#define EXTEND_STEP (16u << 10)
+#define EXTEND_FIRST (4u << 10)
 static void page_extend(hz_heap_t *heap, hz_page_t *page) {
     uint32_t size = page->block_size, capacity = hz_page_capacity(page);
     uint32_t n = page->reserved - capacity;
-    uint32_t want = (16u << 10) / size;
+    const hz_page_queue_t *q = &heap->queues[page->cls];
+    uint32_t bytes = EXTEND_STEP;
+    if (q->pages == 1 && q->retired_ms == 0) {
+        uint32_t carved = capacity * size; /* below 2^32: pages are at most 4 MiB */
+        bytes = carved < EXTEND_FIRST ? EXTEND_FIRST : carved < EXTEND_STEP ? carved : EXTEND_STEP;
+    }
+    uint32_t want = bytes / size;
     if (want < 4) want = 4;
     if (n > want) n = want;
     char *first = page->start + (size_t)capacity * size;
 #if HZ_HARDENED
     /* In a random order, so that neighbours in memory are not neighbours in time. */
-    uint16_t order[(16u << 10) / HZ_ALIGNMENT];
+    uint16_t order[EXTEND_STEP / HZ_ALIGNMENT];
     for (uint32_t i = 0; i < n; i++) { /* Fisher-Yates, inside out */
         uint32_t j = (uint32_t)(hz_heap_random(heap) % (i + 1));
         if (j != i) order[i] = order[j];
@@ -70,7 +82,6 @@ static void page_extend(hz_heap_t *heap, hz_page_t *page) {
     }
     page->free = head;
 #else
-    (void)heap;
     char *b = first;
     for (uint32_t i = 0; i + 1 < n; i++, b += size) hz_link_set(b, b + size);
     hz_link_set(b, page->free); /* the end of the list (the page had no free block) */

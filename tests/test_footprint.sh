@@ -6,6 +6,10 @@
 #   2. A small program (tests/footprint_prog) commits less than 4 MiB more with the
 #      library than without: committed = private writable mappings, which is what
 #      the kernel charges against its overcommit limit.
+#   3. A new thread that allocates one block of each of 128 sizes (16 to 2048 bytes,
+#      about 45 size classes) makes less than 640 KiB resident: a page of a class it
+#      holds one block of costs it 4 KiB or four blocks, not the 16 KiB steps of a
+#      class in use (860 KiB before that), nor much more than glibc (about 400 KiB).
 # Runs under tests/preload.sh, so LD_PRELOAD holds the library under test.
 . "$(dirname "$0")/testlib.sh"
 lib=${LD_PRELOAD:?run through tests/preload.sh}
@@ -45,5 +49,14 @@ if [ -n "$with" ] && [ -n "$without" ] && [ $((with - without)) -lt 4096 ]; then
     pass "a small program commits less than 4 MiB more ($((with - without)) KiB)"
 else
     fail "a small program commits $((with - without)) KiB more with the library (bound 4096)"
+fi
+
+grown=$(LD_PRELOAD="$lib" "$prog" thread)
+plain=$(env -u LD_PRELOAD "$prog" thread)
+echo "resident growth of a thread with one block of 128 sizes: ${grown} KiB with the library, ${plain} KiB without"
+if [ -n "$grown" ] && [ "$grown" -ge 0 ] && [ "$grown" -lt 640 ]; then
+    pass "a thread with one block of each of 128 sizes makes ${grown} KiB resident (bound 640)"
+else
+    fail "a thread with one block of each of 128 sizes makes ${grown:-?} KiB resident (bound 640)"
 fi
 finish
