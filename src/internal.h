@@ -239,8 +239,10 @@ void hz_large_cache_forget(void) HZ_HIDDEN;
 static inline size_t hz_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
 /* ------------------------------------------------------- segments & spans */
-/* A page of `units` units from the heap's segments, or (grow) from a new one. */
-hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned units, unsigned align_units, bool grow) HZ_HIDDEN;
+/* A page of class cls, `units` units long: a span the class gave back, one from the
+ * heap's segments, or (grow) one from a new segment. */
+hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned cls, unsigned units, unsigned align_units,
+                         bool grow) HZ_HIDDEN;
 void hz_span_free(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 void hz_heap_purge(hz_heap_t *heap, bool force) HZ_HIDDEN;
 void hz_heap_release_segments(hz_heap_t *heap, bool keep_one) HZ_HIDDEN;

@@ -106,13 +106,13 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
      * page that memory (a tight RLIMIT_AS) has no room for at full length. */
     hz_page_queue_t *q = &heap->queues[cls];
     unsigned units = q->pages > 0 ? hz_class_units[cls] : hz_class_first_units[cls];
-    hz_page_t *page = hz_span_alloc(heap, units, hz_class_align_units[cls], false);
+    hz_page_t *page = hz_span_alloc(heap, cls, units, hz_class_align_units[cls], false);
     /* Empty pages kept for reuse (keep_current) must not cost a new segment. */
     if (page == NULL && retire_kept(heap))
-        page = hz_span_alloc(heap, units, hz_class_align_units[cls], false);
-    if (page == NULL) page = hz_span_alloc(heap, units, hz_class_align_units[cls], true);
+        page = hz_span_alloc(heap, cls, units, hz_class_align_units[cls], false);
+    if (page == NULL) page = hz_span_alloc(heap, cls, units, hz_class_align_units[cls], true);
     if (page == NULL && units != hz_class_first_units[cls])
-        page = hz_span_alloc(heap, hz_class_first_units[cls], hz_class_align_units[cls], true);
+        page = hz_span_alloc(heap, cls, hz_class_first_units[cls], hz_class_align_units[cls], true);
     if (page == NULL) return NULL;
     q->pages++;
     hz_segment_t *seg = hz_segment_of(page);

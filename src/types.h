@@ -207,6 +207,8 @@ typedef struct hz_segment {
     uint64_t dirty_units;        /* bit i: unit i may hold non-zero data */
     uint64_t used_units;         /* bit i: unit i held a page since the segment was taken */
     uint64_t purge_candidates;   /* free, unpurged units seen at the last purge epoch */
+    uint64_t retired_starts;     /* bit i: pages[i] is a span its class gave back, on
+                                    the class's `retired` list (segment.c) */
     unsigned max_run;            /* longest run of free units (usable for multi-unit pages) */
     unsigned committed_units;    /* units 0 .. committed_units-1 are readable and writable;
                                     the rest of the segment is reserved address space */
@@ -229,6 +231,8 @@ typedef struct hz_page_queue {
     hz_page_t *first, *last; /* pages with free blocks, or not yet known to be full */
     uint32_t pages;          /* every page of the class the heap holds, full ones too */
     uint32_t retired_ms;     /* 1 + when the class last retired a page (ms, low bits) */
+    hz_page_t *retired;      /* spans the class gave back and nothing took since, last
+                                first: where its next page goes (segment.c) */
 } hz_page_queue_t;
 
 /* Remote frees travel as arrays of pointers, not as lists linked through the blocks:

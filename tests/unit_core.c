@@ -241,6 +241,62 @@ static void test_full_page_requeue(void) {
 #endif
 }
 
+#if !HZ_DEBUG && !HZ_HARDENED
+/* Blocks of n bytes until one lands on a second page; the first page is *first. */
+static unsigned fill_page(size_t n, char **blocks, unsigned max, hz_page_t **first) {
+    unsigned count = 0;
+    *first = NULL;
+    while (count < max) {
+        char *p = blocks[count++] = hz_malloc(n);
+        EXPECT(p != NULL, "malloc %zu", n);
+        if (p == NULL) return count - 1;
+        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
+        if (*first == NULL) *first = page;
+        else if (page != *first) break;
+    }
+    return count;
+}
+
+static void *retired_span_thread(void *arg) {
+    (void)arg;
+    enum { MAX_BLOCKS = 200 };
+    static char *a[MAX_BLOCKS], *b[MAX_BLOCKS], *more[MAX_BLOCKS];
+    hz_page_t *a1, *b1;
+    /* Two pages of B, then two of A; B's first page is given back first, so it is
+     * the first free span of the segment that is still resident, then A's. */
+    unsigned nb = fill_page(2000, b, MAX_BLOCKS, &b1);
+    unsigned na = fill_page(1000, a, MAX_BLOCKS, &a1);
+    for (unsigned i = 0; i + 1 < nb; i++) hz_free(b[i]);
+    for (unsigned i = 0; i + 1 < na; i++) hz_free(a[i]);
+    /* A's next page, once its second is used up, goes where its first was. */
+    hz_page_t *a2 = hz_page_of(hz_segment_of(a[na - 1]), CORE_BLOCK(a[na - 1])), *page = a2;
+    unsigned nm = 0;
+    while (page == a2 && nm < MAX_BLOCKS) {
+        more[nm] = hz_malloc(1000);
+        if (more[nm] == NULL) break;
+        page = hz_page_of(hz_segment_of(more[nm]), CORE_BLOCK(more[nm]));
+        nm++;
+    }
+    EXPECT(page == a1, "class of 1000 B: its new page is not the span its first page left "
+                       "(%p, not %p; another class's span is %p)", (void *)page, (void *)a1,
+           (void *)b1);
+    while (nm > 0) hz_free(more[--nm]);
+    hz_free(a[na - 1]);
+    hz_free(b[nb - 1]);
+    return NULL;
+}
+#endif
+
+/* A class's new page takes the span its last retired page left, where its blocks were
+ * and so where memory is resident at the offsets they touch, not another class's. */
+static void test_retired_span_reuse(void) {
+#if !HZ_DEBUG && !HZ_HARDENED /* their quarantines hold frees back */
+    pthread_t t; /* a thread of its own: a heap no other test has shaped */
+    EXPECT(pthread_create(&t, NULL, retired_span_thread, NULL) == 0, "pthread_create");
+    pthread_join(t, NULL);
+#endif
+}
+
 static void test_reuse_and_zero(void) {
     /* A freed block is handed out again (LIFO) and calloc memory is zero after reuse. */
     char *a = hz_malloc(48);
@@ -504,6 +560,7 @@ int main(void) {
     test_page_lengths();
     test_kept_pages();
     test_full_page_requeue();
+    test_retired_span_reuse();
     test_reuse_and_zero();
     test_stash();
     test_forked_heap();
@@ -513,7 +570,7 @@ int main(void) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, direct tables, lookup, page lengths, kept pages, full page requeue, reuse, stash, forked heap, bounded fork, unwind: ok\n",
+    printf("unit_core (%s): size classes, direct tables, lookup, page lengths, kept pages, full page requeue, retired span reuse, reuse, stash, forked heap, bounded fork, unwind: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }
