@@ -431,9 +431,17 @@ static void retired_drop(hz_heap_t *heap, hz_segment_t *seg, unsigned first, uns
     }
 }
 
-/* The most recent span class cls gave back, if it is `units` long. */
-static hz_segment_t *retired_span(const hz_heap_t *heap, unsigned cls, unsigned units, int *first) {
-    hz_page_t *page = heap->queues[cls].retired;
+/* The most recent span class cls gave back, if it is `units` long and still
+ * resident.  Spans purged since lose their claim (any span is as good once purged,
+ * and a resident one elsewhere is better: no faults) and leave the list. */
+static hz_segment_t *retired_span(hz_heap_t *heap, unsigned cls, unsigned units, int *first) {
+    hz_page_t *page;
+    while ((page = heap->queues[cls].retired) != NULL) {
+        hz_segment_t *seg = hz_segment_of(page);
+        uint64_t m = units_mask(page->first_unit, page->units);
+        if ((seg->dirty_units & m) == m) break;
+        retired_unlink(heap, seg, page->first_unit);
+    }
     if (page == NULL || page->units != units) return NULL;
     *first = page->first_unit;
     return hz_segment_of(page);
