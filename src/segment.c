@@ -402,7 +402,7 @@ static hz_segment_t *find_span(hz_heap_t *heap, unsigned units, uint64_t starts,
  * units resident (a 4-thread run with blocks of 16 B to 64 KiB freed by other
  * threads peaked at 2.2x the resident memory of its best peer).  Each class keeps
  * its spans on a list through their free descriptors, last first, and anything
- * that takes a unit of one (span_take) or releases its segment takes it off. */
+ * that takes a unit of one (hz_span_alloc) or releases its segment takes it off. */
 static void retired_push(hz_heap_t *heap, hz_page_t *page) {
     hz_page_queue_t *q = &heap->queues[page->cls];
     page->prev = NULL;
