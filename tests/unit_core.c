@@ -139,6 +139,28 @@ static void test_lookup(void) {
     EXPECT(hz_stats_get(NULL, 0) == -1 && errno == EINVAL, "hz_stats_get(NULL)");
 }
 
+/* Blocks of n bytes into blocks[] until one lands on a second page (at most max);
+ * the first page is *first, the second *next (NULL if none was reached).  Returns
+ * how many blocks it took. */
+static unsigned fill_page(size_t n, char **blocks, unsigned max, hz_page_t **first,
+                          hz_page_t **next) {
+    unsigned count = 0;
+    *first = *next = NULL;
+    while (count < max) {
+        char *p = blocks[count] = hz_malloc(n);
+        EXPECT(p != NULL, "malloc %zu", n);
+        if (p == NULL) break;
+        count++;
+        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
+        if (*first == NULL) *first = page;
+        else if (page != *first) {
+            *next = page;
+            break;
+        }
+    }
+    return count;
+}
+
 static void test_page_lengths(void) {
     /* A class's first page is short; the next, made when it is full, is long. */
     enum { MAX_BLOCKS = 64 };
@@ -147,16 +169,8 @@ static void test_page_lengths(void) {
     EXPECT(hz_class_first_units[cls] < hz_class_units[cls], "class %u: no short first page", cls);
     bool fresh = hz_tls_heap->queues[cls].pages == 0;
     char *blocks[MAX_BLOCKS];
-    hz_page_t *first = NULL, *next = NULL;
-    unsigned count = 0;
-    while (next == NULL && count < MAX_BLOCKS) {
-        char *p = blocks[count++] = hz_malloc(n);
-        EXPECT(p != NULL, "malloc %zu", n);
-        if (p == NULL) break;
-        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
-        if (first == NULL) first = page;
-        else if (page != first) next = page;
-    }
+    hz_page_t *first, *next;
+    unsigned count = fill_page(n, blocks, MAX_BLOCKS, &first, &next);
     EXPECT(next != NULL, "%u blocks of %zu B on one page", count, n);
     if (fresh && first != NULL) EXPECT(first->units == hz_class_first_units[cls],
                                        "first page of class %u: %u units", cls, first->units);
@@ -213,16 +227,10 @@ static void test_full_page_requeue(void) {
     enum { MAX_BLOCKS = 4200 };
     size_t n = 1000;
     static char *blocks[MAX_BLOCKS];
-    unsigned count = 0;
-    hz_page_t *first = NULL;
-    while (count < MAX_BLOCKS) { /* fill one page, and take one block of the next */
-        char *p = blocks[count++] = hz_malloc(n);
-        EXPECT(p != NULL, "malloc %zu", n);
-        if (p == NULL) return;
-        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
-        if (first == NULL) first = page;
-        if (page != first) break;
-    }
+    hz_page_t *first, *next;
+    /* Fill one page, and take one block of the next. */
+    unsigned count = fill_page(n, blocks, MAX_BLOCKS, &first, &next);
+    if (next == NULL && count < MAX_BLOCKS) return; /* a malloc failed (reported) */
     unsigned full = count - 1, back = first->reserved / 8;
     EXPECT(full == first->reserved && back >= 2, "a page of %u blocks took %u", first->reserved,
            full);
@@ -242,30 +250,15 @@ static void test_full_page_requeue(void) {
 }
 
 #if !HZ_DEBUG && !HZ_HARDENED
-/* Blocks of n bytes until one lands on a second page; the first page is *first. */
-static unsigned fill_page(size_t n, char **blocks, unsigned max, hz_page_t **first) {
-    unsigned count = 0;
-    *first = NULL;
-    while (count < max) {
-        char *p = blocks[count++] = hz_malloc(n);
-        EXPECT(p != NULL, "malloc %zu", n);
-        if (p == NULL) return count - 1;
-        hz_page_t *page = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
-        if (*first == NULL) *first = page;
-        else if (page != *first) break;
-    }
-    return count;
-}
-
 static void *retired_span_thread(void *arg) {
     (void)arg;
     enum { MAX_BLOCKS = 200 };
     static char *a[MAX_BLOCKS], *b[MAX_BLOCKS], *more[MAX_BLOCKS];
-    hz_page_t *a1, *b1;
+    hz_page_t *a1, *b1, *second;
     /* Two pages of B, then two of A; B's first page is given back first, so it is
      * the first free span of the segment that is still resident, then A's. */
-    unsigned nb = fill_page(2000, b, MAX_BLOCKS, &b1);
-    unsigned na = fill_page(1000, a, MAX_BLOCKS, &a1);
+    unsigned nb = fill_page(2000, b, MAX_BLOCKS, &b1, &second);
+    unsigned na = fill_page(1000, a, MAX_BLOCKS, &a1, &second);
     for (unsigned i = 0; i + 1 < nb; i++) hz_free(b[i]);
     for (unsigned i = 0; i + 1 < na; i++) hz_free(a[i]);
     /* A's next page, once its second is used up, goes where its first was. */
