@@ -75,8 +75,9 @@ struct hz_prof_segment {
     uint32_t trace_size;         /* sizeof(struct hz_prof_trace) */
     uint64_t samples;            /* allocations sampled so far */
     uint64_t samples_freed;      /* of which freed */
-    uint64_t samples_lost;       /* in no trace: the table was full, 16384 sampled
-                                    blocks were live already, or no memory */
+    uint64_t samples_lost;       /* in no trace: the table was full, or a large or
+                                    aligned sample found 16384 such samples live
+                                    already, or no memory */
     uint64_t reserved[7];
 };
 

@@ -63,11 +63,26 @@ void *hz_alloc_slow(size_t size) {
     return alloc_class(hz_size_class(size), &zero);
 }
 
-/* Behind hz_alloc_fast: the heap profile's countdown ran out (prof.c). */
+/* A sample of size bytes for the heap profile (prof.c), or NULL to allocate it
+ * normally: in a page where free will find its mark (HZ_SAMPLE_IN_PAGE), else a
+ * large block. */
+HZ_INLINE void *sampled(hz_heap_t *heap, size_t size, size_t alignment, bool *zero) {
+#if HZ_SAMPLE_IN_PAGE
+    if (alignment == 0 && size <= HZ_MEDIUM_MAX - HZ_SAMPLE_MARK) {
+        void *block = class_block(heap, hz_size_class(size + HZ_SAMPLE_MARK), zero);
+        return block != NULL ? hz_prof_mark(block, size) : NULL;
+    }
+#endif
+    (void)heap;
+    return hz_prof_alloc(size, alignment, zero);
+}
+
+/* Behind hz_alloc_fast: the heap profile's countdown ran out. */
 void *hz_alloc_sampled(size_t size) {
-    if (hz_sample_take(hz_tls_heap)) {
+    hz_heap_t *heap = hz_tls_heap;
+    if (hz_sample_take(heap)) {
         bool zero;
-        void *p = hz_prof_alloc(size, 0, &zero);
+        void *p = sampled(heap, size, 0, &zero);
         if (p != NULL) return p;
     }
     return hz_alloc_slow(size);
@@ -78,7 +93,7 @@ void *hz_alloc_sampled(size_t size) {
 static void *maybe_sampled(size_t size, size_t alignment, bool *zero) {
     hz_heap_t *heap = hz_tls_heap;
     if (hz_likely(!hz_sample_due(heap, size)) || !hz_sample_take(heap)) return NULL;
-    return hz_prof_alloc(size, alignment, zero);
+    return sampled(heap, size, alignment, zero);
 }
 
 /* Behind hz_page_pop: a link that leaves the segment (checked by hz_link_far). */
@@ -111,6 +126,13 @@ void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
     }
     hz_gstat_add(foreign_frees, 1); /* the dynamic loader's, or another allocator's */
 }
+
+#if HZ_HARDENING
+/* Behind hz_free_fast: p, in a page of the caller's heap, starts no block. */
+void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) {
+    hz_free_block(heap, page, hz_prof_unmark(page, p));
+}
+#endif
 
 /* calloc of a block from a fresh span, known zero without being written: its pages
  * past the first may not be backed yet.  A program that reads such a block before it
@@ -186,7 +208,13 @@ static void *core_malloc(size_t size) { return hz_alloc_fast(size); }
 
 size_t hz_usable_size_impl(const void *p) {
     unsigned kind = hz_segmap_kind((uintptr_t)p);
-    if (kind == HZ_SEG_SMALL) return hz_page_of(hz_segment_of(p), p)->block_size;
+    if (kind == HZ_SEG_SMALL) {
+        hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+        if (HZ_SAMPLE_IN_PAGE && hz_unlikely(!hz_block_carved(page, p)) &&
+            hz_prof_block(page, p) != NULL)
+            return page->block_size - HZ_SAMPLE_MARK; /* a heap-profile sample */
+        return page->block_size;
+    }
     hz_large_t *h = hz_large_header(p);
     return h != NULL ? h->usable : 0;
 }
@@ -218,8 +246,8 @@ void *hz_realloc_impl(void *p, size_t size) {
         return NULL;
     }
     if (hz_segmap_kind((uintptr_t)p) == HZ_SEG_SMALL) {
-        hz_page_t *page = hz_small_block_page(p); /* before the copy reads a block's worth */
-        size_t usable = page->block_size;
+        hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+        size_t usable = hz_block_room(page, p); /* before the copy reads a block's worth */
         if (size <= usable && (size >= usable / 2 || size <= HZ_ALIGNMENT ||
                                hz_size_class(size) == page->cls))
             return p; /* still fits without wasting half of it: stay */

@@ -64,6 +64,16 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
 #endif
 }
 
+/* The end of a free of p, a block of the caller's heap checked to start one. */
+HZ_INLINE void hz_free_block(hz_heap_t *heap, hz_page_t *page, void *p) {
+#if HZ_HARDENED
+    hz_free_quarantine(heap, page, p);
+    return;
+#endif
+    hz_stat_inc(heap->stats.frees[page->cls]);
+    hz_page_push(heap, page, p);
+}
+
 HZ_INLINE void hz_free_fast(void *p) {
     hz_heap_t *heap = hz_tls_heap;
     /* A small segment's map entry is its owner: one compare for "this heap's block". */
@@ -72,13 +82,14 @@ HZ_INLINE void hz_free_fast(void *p) {
         hz_free_other(heap, p, entry); /* another heap's, NULL, large, or not ours */
         return;
     }
-    hz_page_t *page = hz_small_block_page(p);
-#if HZ_HARDENED
-    hz_free_quarantine(heap, page, p);
-    return;
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+#if HZ_HARDENING
+    if (hz_unlikely(!hz_block_carved(page, p))) {
+        hz_free_unaligned(heap, page, p); /* a heap-profile sample, or reported */
+        return;
+    }
 #endif
-    hz_stat_inc(heap->stats.frees[page->cls]);
-    hz_page_push(heap, page, p);
+    hz_free_block(heap, page, p);
 }
 
 #endif /* HZ_ALLOC_H */

@@ -91,15 +91,28 @@ HZ_INLINE hz_page_t *hz_block_page(const void *p) {
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) HZ_HIDDEN;
 /* p is not a block start of `page`: report and abort. */
 HZ_COLD __attribute__((noreturn)) void hz_free_invalid(const hz_page_t *page, const void *p) HZ_HIDDEN;
-/* The page of p, an address in a small segment, once p is known to start one of its
- * carved blocks: free, realloc and the remote-free intake check this before they
- * trust p (with hardening; without, unchecked).  Anything else is reported. */
-HZ_INLINE hz_page_t *hz_small_block_page(const void *p) {
-    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+/* The page of *p, an address in a small segment, once *p is known to start one of
+ * its carved blocks: free and the remote-free intake check this before they trust
+ * *p (with hardening; without, unchecked).  A pointer that starts no block leaves
+ * for the slow path: a heap-profile sample's (types.h, HZ_SAMPLE_IN_PAGE) leaves the
+ * profile and *p becomes its block; anything else is reported. */
+HZ_INLINE hz_page_t *hz_freed_block_page(void **p) {
+    hz_page_t *page = hz_page_of(hz_segment_of(*p), *p);
 #if HZ_HARDENING
-    if (hz_unlikely(!hz_block_carved(page, p))) hz_free_invalid(page, p);
+    if (hz_unlikely(!hz_block_carved(page, *p))) *p = hz_prof_unmark(page, *p);
 #endif
     return page;
+}
+/* The bytes from p, of page, to the end of its block, checked as free checks p:
+ * realloc's copy must not read past the block. */
+HZ_INLINE size_t hz_block_room(const hz_page_t *page, const void *p) {
+#if HZ_HARDENING
+    if (hz_unlikely(!hz_block_carved(page, p))) {
+        if (hz_prof_block(page, p) == NULL) hz_free_invalid(page, p);
+        return page->block_size - HZ_SAMPLE_MARK;
+    }
+#endif
+    return page->block_size;
 }
 /* A block freed twice or a list found broken: report and abort. */
 HZ_COLD __attribute__((noreturn)) void hz_report_double_free(const void *p, size_t bs) HZ_HIDDEN;

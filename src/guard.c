@@ -107,7 +107,7 @@ static void quarantine_release(hz_heap_t *heap, void *p) {
     hz_page_push(heap, page, p);
 }
 
-/* p was checked to start a block (hz_small_block_page). */
+/* p was checked to start a block (hz_freed_block_page). */
 void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
     if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
     hz_stat_inc(heap->stats.frees[page->cls]);

@@ -326,6 +326,8 @@ void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) HZ_HIDDEN;
+/* Behind hz_free_fast: p, in a page of the caller's heap, starts no block (prof.c). */
+HZ_COLD void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;
 void *hz_realloc_foreign(void *p, size_t size, void *(*alloc)(size_t)) HZ_HIDDEN;
@@ -336,7 +338,7 @@ int hz_trim_impl(void) HZ_HIDDEN;
 /* ------------------------------------------------------ heap profile (prof.c)
  * Every malloc subtracts its size from its heap's sample_left; the one that would take
  * it below zero leaves the fast path for hz_alloc_sampled, which either samples it
- * (serves it from the large path, whose free already leaves the free fast path, with
+ * (serves it so that its free leaves the free fast path, see HZ_SAMPLE_IN_PAGE, with
  * its call stack recorded) or, with profiling off, resets the countdown to
  * HZ_SAMPLE_NEVER and allocates normally. */
 #define HZ_SAMPLE_NEVER ((uint64_t)1 << 62)
@@ -356,16 +358,29 @@ HZ_INLINE bool hz_sample_due(hz_heap_t *heap, size_t size) {
     return false;
 }
 #endif
+/* The mean sampling interval in bytes; 0 while nothing is sampled. */
+extern _Atomic uint64_t hz_prof_rate HZ_HIDDEN;
 /* After hz_sample_due: resets the countdown, true when this allocation is a sample. */
 bool hz_sample_take(hz_heap_t *heap) HZ_HIDDEN;
-/* A sampled block (NULL: allocate it normally); *zero as hz_large_alloc's. */
+/* A sampled large block (NULL: allocate it normally); *zero as hz_large_alloc's. */
 void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) HZ_HIDDEN;
-/* A sampled block is freed: take it out of the live profile. */
+/* A sampled large block is freed: take it out of the live profile. */
 void hz_prof_release(hz_large_t *h) HZ_HIDDEN;
+/* block, just allocated from a page with room for size + HZ_SAMPLE_MARK bytes,
+ * becomes a sample of size bytes: its stack is recorded, its mark written; returns
+ * the pointer to hand out, past the mark. */
+void *hz_prof_mark(void *block, size_t size) HZ_HIDDEN;
+/* The block of page whose sample p is (p handed out past its mark), or NULL. */
+void *hz_prof_block(const hz_page_t *page, const void *p) HZ_HIDDEN;
+/* p, of page, is not a block start: if it is a sample's, that sample leaves the
+ * profile and its block is returned, to be freed; anything else is reported. */
+HZ_COLD void *hz_prof_unmark(const hz_page_t *page, void *p) HZ_HIDDEN;
 void *hz_alloc_sampled(size_t size) HZ_HIDDEN;
 /* The return addresses of the caller's stack, as backtrace() gives them, from the
- * unwind tables (unwind.c); -1 when a frame needs libgcc's unwinder. */
-int hz_unwind(void **frames, int max) HZ_HIDDEN;
+ * unwind tables (unwind.c); -1 when a frame needs libgcc's unwinder; HZ_UNWIND_SAME
+ * when the stack is the one memo's last walk found (frames are not written). */
+#define HZ_UNWIND_SAME (-2)
+int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) HZ_HIDDEN;
 /* After the stats segment is made: start profiling if HAKOZUNA_PROFILE asks. */
 void hz_prof_start(void) HZ_HIDDEN;
 void hz_prof_stop(void) HZ_HIDDEN;

@@ -11,20 +11,24 @@
  * 1 - exp(-s / rate) whatever the sizes around it (as tcmalloc and jemalloc do).
  * With profiling off the countdown is reset to HZ_SAMPLE_NEVER (2^62 bytes).
  *
- * A sampled block is served by the large path (large.c) with its trace's slot in its
- * header: its segment-map entry is HZ_SEG_LARGE, never a heap, so free already
- * leaves the free fast path for it (hz_free_other) and the fast path pays nothing.
- * realloc, malloc_usable_size and frees from any thread work as for any large
- * block; only where it sits differs, which the program cannot tell.  A small sample
- * takes a 64 KiB mapping (SAMPLE_MAP), of which it touches a page or two, while it
- * lives: one size, so that the large cache hands a freed sample's mapping to the
- * next sample, at a rate of one per `rate` bytes allocated.
+ * A small sample (HZ_SAMPLE_IN_PAGE, types.h) is a block of its size class, with
+ * HZ_SAMPLE_MARK bytes more, handed out past a mark that names its trace (below,
+ * "samples in pages").  The pointer starts no block, so its free leaves the free
+ * fast path at the block-start check that every free makes (freelist.h), and the
+ * fast path pays nothing for it; realloc and malloc_usable_size find the mark too.
+ * Large and aligned samples, and every sample of the checked variant and of builds
+ * without hardening, are served by the large path (large.c) with the trace's slot
+ * in their header: a large block's free already leaves the fast path.  A small one
+ * takes a 64 KiB mapping (SAMPLE_MAP), of which it touches a page or two: one size,
+ * so that the large cache hands a freed sample's mapping to the next sample.
  *
  * The stack comes from unwind.c, which reads the unwind tables once per return
- * address and keeps what it learnt.  For a frame it cannot step through, glibc's
- * backtrace() takes the whole stack; it loads libgcc_s (allocating) on its first
- * use, which happens at start, before sampling is on, and the heap's `sampling`
- * flag makes any allocation the unwinder makes while sampling a plain one.
+ * address and keeps what it learnt; each heap keeps a memo of its last walk, so that
+ * a sample taken where the last one was (a loop) costs a check of the stack words
+ * that walk read, and no search of the table.  For a frame it cannot step through,
+ * glibc's backtrace() takes the whole stack; it loads libgcc_s (allocating) on its
+ * first use, which happens at start, before sampling is on, and the heap's
+ * `sampling` flag makes any allocation it makes while sampling a plain one.
  *
  * The table of traces is lock-free (a slot is claimed with one compare-and-swap,
  * its counts are atomic adds), so a fork or a signal never finds it locked.  A fork
@@ -36,10 +40,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "freelist.h"
 #include "hakozuna_prof.h"
 
-static _Atomic uint64_t prof_rate;                   /* 0: off */
+_Atomic uint64_t hz_prof_rate; /* mean bytes between samples; 0: off */
 static struct hz_prof_segment *_Atomic prof_seg;      /* NULL: nothing to update */
 /* Sampled blocks alive, each a mapping of its own: past HZ_PROF_MAX_LIVE (8 GiB of
  * live heap at the default rate) samples are counted as lost instead, so that the
@@ -64,29 +68,44 @@ static uint64_t rng_next(hz_heap_t *heap) { /* xorshift64* */
 }
 
 /* -ln(u) * mean for u uniform in (0, 1], without libm: log2 of a 52-bit integer v is
- * its top bit's position plus log2(1 + f), f in [0, 1), which f * (1.3465 - 0.3465 f)
- * approximates within 0.5 %. */
+ * its top bit's position k plus log2(1 + f), f in [0, 1), which f * (1.3465 - 0.3465 f)
+ * approximates within 0.5 %; k and 1 + f are the exponent and the significand of v as
+ * a double.  mean is below 2^53, the interval below 2^59: signed conversions. */
 static uint64_t next_interval(hz_heap_t *heap, uint64_t mean) {
     uint64_t v = (rng_next(heap) >> 12) | 1; /* 1 .. 2^52 - 1 */
-    unsigned k = 63u - (unsigned)__builtin_clzll(v);
-    double f = (double)(v - ((uint64_t)1 << k)) / (double)((uint64_t)1 << k);
+    double d = (double)(int64_t)v;
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    int k = (int)(bits >> 52) - 1023;
+    bits = (bits & (((uint64_t)1 << 52) - 1)) | ((uint64_t)1023 << 52);
+    double f;
+    memcpy(&f, &bits, sizeof f);
+    f -= 1.0;
     double log2v = (double)k + f * (1.3465 - 0.3465 * f);
-    double x = (52.0 - log2v) * 0.6931471805599453 * (double)mean;
-    return x < 1.0 ? 1 : (uint64_t)x;
+    double x = (52.0 - log2v) * 0.6931471805599453 * (double)(int64_t)mean;
+    return x < 1.0 ? 1 : (uint64_t)(int64_t)x;
+}
+
+/* A heap's first look: its generator is seeded, and its first interval drawn. */
+static HZ_NOINLINE void sample_seed(hz_heap_t *heap, uint64_t rate) {
+    heap->sample_rng = ((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms() ^ 1;
+    atomic_store_explicit(&heap->sample_left, next_interval(heap, rate), memory_order_relaxed);
 }
 
 bool hz_sample_take(hz_heap_t *heap) {
     if (heap == &hz_empty_heap || heap == &hz_exiting_heap) return false; /* shared */
-    uint64_t rate = atomic_load_explicit(&prof_rate, memory_order_relaxed);
+    uint64_t rate = atomic_load_explicit(&hz_prof_rate, memory_order_relaxed);
     if (hz_likely(rate == 0)) {
         atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
         return false;
     }
     /* A new heap starts at 0: the first interval is drawn, not taken as a sample. */
-    bool first = heap->sample_rng == 0;
-    if (first) heap->sample_rng = ((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms() ^ 1;
+    if (hz_unlikely(heap->sample_rng == 0)) {
+        sample_seed(heap, rate);
+        return false;
+    }
     atomic_store_explicit(&heap->sample_left, next_interval(heap, rate), memory_order_relaxed);
-    return !first && !heap->sampling;
+    return !heap->sampling;
 }
 
 /* ------------------------------------------------------------ the table */
@@ -140,61 +159,122 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
 #define SUB(field, v) \
     atomic_fetch_sub_explicit((_Atomic uint64_t *)&(field), (uint64_t)(v), memory_order_relaxed)
 
-void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
-    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
-    hz_heap_t *heap = hz_tls_heap;
-    if (s == NULL) return NULL;
-    ADD(s->samples, 1);
-    if (atomic_fetch_add_explicit(&live_samples, 1, memory_order_relaxed) >= HZ_PROF_MAX_LIVE) {
-        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-        ADD(s->samples_lost, 1);
-        return NULL; /* allocated normally */
-    }
-    int saved_errno = errno; /* the unwinder and the mapping may set it: invisible */
+/* The slot of the caller's stack in s's table (s->trace_capacity: in none), the
+ * sample counted.  The heap's memo of its last walk spares a stack that repeats its
+ * walk and its search of the table. */
+HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t size) {
+    hz_unwind_memo_t *memo = &heap->stack_memo;
     void *frames[HZ_PROF_MAX_FRAMES + 1];
-    heap->sampling = true; /* what the unwinder allocates is not sampled */
-    int n = hz_unwind(frames, HZ_PROF_MAX_FRAMES + 1);
-    if (n < 0) n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
-    /* One mapping size for all small samples (see above); the profile counts the
-     * size asked for. */
-    size_t serve = size < SAMPLE_MAP - HZ_LARGE_HEADER ? SAMPLE_MAP - HZ_LARGE_HEADER : size;
-    void *p = hz_large_alloc(serve, alignment, zero);
-    heap->sampling = false;
-    errno = saved_errno;
-    if (p == NULL) {
-        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-        ADD(s->samples_lost, 1);
-        return NULL;
+    ADD(s->samples, 1);
+    heap->sampling = true; /* what backtrace() allocates is not sampled */
+    int n = hz_unwind(frames, HZ_PROF_MAX_FRAMES + 1, memo);
+    if (n != HZ_UNWIND_SAME) {
+        int saved_errno = errno; /* backtrace() may set it: invisible */
+        if (n < 0) n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
+        errno = saved_errno;
+        /* frames[0] is the unwinder's caller, in here. */
+        memo->trace = n > 1 ? trace_slot(s, frames + 1, n - 1) : s->trace_capacity;
     }
-    hz_large_t *h = hz_large_header(p);
-    h->sample = UINT32_MAX; /* a sample, in no trace yet */
-    /* frames[0] is this function. */
-    uint32_t slot = n > 1 ? trace_slot(s, frames + 1, n - 1) : s->trace_capacity;
-    if (slot == s->trace_capacity) {
+    heap->sampling = false;
+    uint32_t slot = memo->trace;
+    if (slot >= s->trace_capacity) {
         ADD(s->samples_lost, 1);
-        return p; /* served as a sample all the same: free needs no special case */
+        return s->trace_capacity;
     }
     struct hz_prof_trace *t = trace_at(s, slot);
     ADD(t->alloc_count, 1);
     ADD(t->alloc_bytes, size);
     ADD(t->live_bytes, size);
     ADD(t->live_count, 1);
-    h->sample = slot + 1;
+    return slot;
+}
+
+/* A sample leaves the profile. */
+static void forget(uint32_t slot, size_t size) {
+    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    if (s == NULL) return; /* a fork child's */
+    if (slot >= s->trace_capacity) return; /* in no trace */
+    struct hz_prof_trace *t = trace_at(s, slot);
+    SUB(t->live_count, 1);
+    SUB(t->live_bytes, size);
+    ADD(s->samples_freed, 1);
+}
+
+void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
+    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    if (s == NULL) return NULL;
+    if (atomic_fetch_add_explicit(&live_samples, 1, memory_order_relaxed) >= HZ_PROF_MAX_LIVE) {
+        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+        ADD(s->samples, 1);
+        ADD(s->samples_lost, 1);
+        return NULL; /* allocated normally */
+    }
+    /* One mapping size for all small samples (see above); the profile counts the
+     * size asked for. */
+    int saved_errno = errno; /* the mapping may set it: invisible */
+    size_t serve = size < SAMPLE_MAP - HZ_LARGE_HEADER ? SAMPLE_MAP - HZ_LARGE_HEADER : size;
+    hz_tls_heap->sampling = true;
+    void *p = hz_large_alloc(serve, alignment, zero);
+    hz_tls_heap->sampling = false;
+    errno = saved_errno;
+    if (p == NULL) {
+        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+        ADD(s->samples, 1);
+        ADD(s->samples_lost, 1);
+        return NULL;
+    }
+    hz_large_t *h = hz_large_header(p);
+    h->sample = take_trace(s, hz_tls_heap, size) + 1; /* capacity + 1: in no trace */
     h->sample_size = size;
     return p;
 }
 
 void hz_prof_release(hz_large_t *h) {
-    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
     uint32_t slot = h->sample - 1;
     h->sample = 0;
-    if (s == NULL) return; /* a fork child's */
-    atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-    if (slot >= s->trace_capacity) return; /* in no trace: the table was full */
-    struct hz_prof_trace *t = trace_at(s, slot);
-    SUB(t->live_count, 1);
-    SUB(t->live_bytes, h->sample_size);
-    ADD(s->samples_freed, 1);
+    if (atomic_load_explicit(&prof_seg, memory_order_relaxed) != NULL)
+        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+    forget(slot, h->sample_size);
+}
+
+/* ------------------------------------------------------------ samples in pages
+ * A small sample is a block of its page with the caller's bytes HZ_SAMPLE_MARK bytes
+ * in.  Free finds that the pointer starts no block, and the mark tells a sample from
+ * a bad pointer: its first word is the block's free-list word (freelist.h) holding
+ * key ^ block ^ tag, where tag, made from the second word (the trace's slot and the
+ * sampled size), is odd, so the word never decodes as a link (a block with it reads
+ * as handed out) and cannot be forged without the process's secret key.  A block
+ * handed out again after its sample was freed has 0 there, a freed one a link: a
+ * second free of the sample's pointer is reported as a bad pointer. */
+static uint64_t mark_tag(uint64_t info) { return (info * 0x9E3779B97F4A7C15ULL) | 1; }
+
+void *hz_prof_mark(void *block, size_t size) {
+    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    uint64_t *w = block;
+    uint32_t slot = s != NULL ? take_trace(s, hz_tls_heap, size) : HZ_PROF_TRACES;
+    uint64_t info = (uint64_t)slot << 32 | (uint32_t)size;
+    w[1] = info;
+    w[0] = hz_list_key ^ (uint64_t)(uintptr_t)block ^ mark_tag(info);
+    return (char *)block + HZ_SAMPLE_MARK;
+}
+
+void *hz_prof_block(const hz_page_t *page, const void *p) {
+#if HZ_SAMPLE_IN_PAGE
+    const uint64_t *w = (const uint64_t *)(const void *)((const char *)p - HZ_SAMPLE_MARK);
+    if (!hz_block_carved(page, w)) return NULL;
+    if ((w[0] ^ hz_list_key ^ (uint64_t)(uintptr_t)w) != mark_tag(w[1])) return NULL;
+    return (void *)(uintptr_t)w;
+#else
+    (void)page, (void)p;
+    return NULL;
+#endif
+}
+
+void *hz_prof_unmark(const hz_page_t *page, void *p) {
+    uint64_t *w = hz_prof_block(page, p);
+    if (w == NULL) hz_free_invalid(page, p);
+    forget((uint32_t)(w[1] >> 32), (uint32_t)w[1]);
+    return w;
 }
 
 /* ------------------------------------------------------------ start, fork, stop */
@@ -216,7 +296,7 @@ static uint64_t rate_from_env(void) {
 /* In a fork child (init.c's handler): no profiling, and the parent's table is not
  * ours to update. */
 void hz_prof_fork_child(void) {
-    atomic_store_explicit(&prof_rate, 0, memory_order_relaxed);
+    atomic_store_explicit(&hz_prof_rate, 0, memory_order_relaxed);
     struct hz_prof_segment *s = atomic_exchange(&prof_seg, NULL);
     if (s != NULL) munmap(s, s->total_size);
 }
@@ -244,7 +324,7 @@ void hz_prof_start(void) {
     void *warm[2];
     (void)backtrace(warm, 2);
     atomic_store_explicit(&prof_seg, s, memory_order_release);
-    atomic_store_explicit(&prof_rate, rate, memory_order_relaxed);
+    atomic_store_explicit(&hz_prof_rate, rate, memory_order_relaxed);
     /* This thread may have allocated before: its countdown reads "never". */
     hz_heap_t *heap = hz_tls_heap;
     if (heap != &hz_empty_heap && heap != &hz_exiting_heap)
@@ -253,7 +333,7 @@ void hz_prof_start(void) {
 
 /* At exit: sampling stops, the mapping stays (threads may still free). */
 void hz_prof_stop(void) {
-    atomic_store_explicit(&prof_rate, 0, memory_order_relaxed);
+    atomic_store_explicit(&hz_prof_rate, 0, memory_order_relaxed);
     if (atomic_load_explicit(&prof_seg, memory_order_relaxed) != NULL)
         hz_shm_companion_remove(HZ_PROF_SUFFIX);
 }

@@ -128,14 +128,16 @@ void hz_outbox_flush_all(hz_heap_t *heap) {
  * the checks at the sender. */
 #define SENDER_READS_PAGE (HZ_STASH_BLOCKS > 0 || HZ_HARDENED)
 
-/* The sender's checks of a block it frees for another heap. */
-static hz_page_t *sender_check(void *p) {
+/* The sender's checks of a block *p it frees for another heap (a heap-profile
+ * sample's pointer becomes its block, as in hz_freed_block_page). */
+HZ_INLINE hz_page_t *sender_check(void **pp) {
+    void *p = *pp;
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
 #if HZ_HARDENING
     /* Against `reserved`, which only the page's creation writes: the owner checks
      * against the blocks carved so far when it takes the block in. */
     if (hz_unlikely(hz_block_rank(page, p) >= hz_page_end_rank(page)))
-        hz_free_invalid(page, p);
+        *pp = p = hz_prof_unmark(page, p);
     if (hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
 #endif
 #if HZ_HARDENED
@@ -169,22 +171,42 @@ static HZ_COLD void free_remote_unbatched(hz_heap_t *heap, hz_heap_t *owner, voi
         remote_batch(heap, owner, p, page);
         return;
     }
-    if (page == NULL) page = sender_check(p);
+    if (page == NULL) page = sender_check(&p);
     __atomic_fetch_add(&hz_heapless_frees[page->cls], 1, __ATOMIC_RELAXED);
     loose_push(owner, p);
     posted(owner);
 }
 
-void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
-    hz_page_t *page = NULL;
-#if SENDER_READS_PAGE
-    page = sender_check(p);
-#endif
+/* A free for another heap once the sender did its checks (page: p's, or NULL). */
+HZ_INLINE void free_remote_send(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
     if (hz_unlikely(heap == &hz_empty_heap || heap == NULL || heap == &hz_exiting_heap)) {
         free_remote_unbatched(heap, owner, p, page);
         return;
     }
     remote_batch(heap, owner, p, page);
+}
+
+#if !SENDER_READS_PAGE
+/* While the heap profile samples, a sample leaves it when it is freed, not when its
+ * owner (idle, maybe) takes it in: the sender reads the page to find it. */
+static HZ_COLD HZ_NOINLINE void free_remote_profiled(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+    hz_page_t *page = sender_check(&p);
+    free_remote_send(heap, owner, p, page);
+}
+#endif
+
+void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+#if SENDER_READS_PAGE
+    hz_page_t *page = sender_check(&p);
+    free_remote_send(heap, owner, p, page);
+#else
+    if (HZ_SAMPLE_IN_PAGE &&
+        hz_unlikely(atomic_load_explicit(&hz_prof_rate, memory_order_relaxed) != 0)) {
+        free_remote_profiled(heap, owner, p);
+        return;
+    }
+    free_remote_send(heap, owner, p, NULL);
+#endif
 }
 
 bool hz_inbox_pending(hz_heap_t *heap) {
@@ -201,7 +223,7 @@ static void take_in(hz_heap_t *heap, void *p, bool batched) {
     /* A small segment's map entry is its owner: one compare puts p in one of this
      * heap's segments, whose unit map then gives its page. */
     if (HZ_HARDENING && hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap) hz_report_corrupt(p, 0);
-    hz_page_t *page = hz_small_block_page(p); /* e.g. an interior pointer: reported */
+    hz_page_t *page = hz_freed_block_page(&p); /* e.g. an interior pointer: reported */
     if (HZ_HARDENING && batched && hz_unlikely(hz_block_on_list(p)))
         hz_report_double_free(p, page->block_size);
     hz_page_push(heap, page, p);

@@ -119,6 +119,15 @@
 #endif
 /* Freed blocks a heap of the hardened variant holds back before reuse. */
 #define HZ_QUARANTINE 256
+/* A heap-profile sample of a small size is a block of its page, handed out past a
+ * mark of HZ_SAMPLE_MARK bytes (prof.c), when free checks that a pointer starts a
+ * block (hardening): the pointer does not, which sends its free to the slow path
+ * that finds the mark, so the fast path pays nothing for it.  The checked variant's
+ * layer needs the core's blocks where it put them, and without hardening nothing
+ * would send the free aside: there, and for the aligned calls, a sample is a large
+ * block. */
+#define HZ_SAMPLE_IN_PAGE (HZ_HARDENING && !HZ_DEBUG)
+#define HZ_SAMPLE_MARK 16
 
 /* ----------------------------------------------------------- geometry */
 #define HZ_SEGMENT_SHIFT 22
@@ -276,6 +285,20 @@ enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_S
  * on, that page is a thread slot of the shared-memory segment (shm.c), where readers
  * see the counters as the owner bumps them.  The 64 bytes before the heap are the
  * slot's header (struct hz_shm_thread). */
+/* The stack words a walk of the unwinder (unwind.c) read, so that the next walk from
+ * the same place can check them instead of walking: each word's address and value. */
+#define HZ_UNWIND_READS 72
+typedef struct hz_unwind_memo {
+    uint64_t thread;         /* the thread that walked (its TLS address); 0: none */
+    uint64_t sp, fp;         /* where the walk began; fp only counts when fp_read */
+    uint32_t reads;
+    bool fp_read;
+    uint32_t trace;          /* the heap profile's slot for that stack (prof.c) */
+    struct {
+        uint64_t at, val;
+    } read[HZ_UNWIND_READS];
+} hz_unwind_memo_t;
+
 typedef struct hz_heap {
     hz_heap_stats_t stats;
     /* Bytes to allocate before the next look at the heap profile (prof.c): the fast
@@ -321,6 +344,8 @@ typedef struct hz_heap {
     } inbox[HZ_INBOX_SHARDS];
     _Alignas(64) _Atomic(void *) loose;
     _Alignas(64) _Atomic(hz_batch_t *) returned;
+    /* Last: touched only by the heap profile. */
+    hz_unwind_memo_t stack_memo;
 } hz_heap_t;
 
 /* Header of a large block, at (ptr - 1) rounded down to a segment boundary. */

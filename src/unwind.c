@@ -15,7 +15,12 @@
  * a frame in no object's tables ends the stack, as it ends libgcc's.  A library
  * that is unloaded takes its return addresses' meaning with it: the table is
  * dropped (by generation) whenever the dynamic linker reports an object removed.
- * Nothing here allocates, takes a lock of its own or writes outside its table.
+ * The caller may also keep a memo of its last walk (hz_unwind_memo_t): the stack
+ * words that walk read.  A walk begins by checking them, and when all still hold
+ * what they held, from the same sp in the same thread, it would find the same stack
+ * and is not made.  A sampling loop's stacks repeat so, and cost a dozen loads.
+ * Nothing here allocates, takes a lock of its own or writes outside its table and
+ * the memo.
  */
 #include <link.h>
 #include <stdint.h>
@@ -473,17 +478,56 @@ static uint64_t current_generation(void) {
  * misread table, never followed. */
 #define FRAME_MAX ((uint64_t)1 << 24)
 
-HZ_NOINLINE int hz_unwind(void **frames, int max) {
-    uint64_t pc, sp, fp;
-    __asm__ volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2"
-                     : "=r"(pc), "=r"(sp), "=r"(fp));
+/* Whether the stack words the memo's walk read still hold what it read, from the same
+ * sp (and fp, if a rule used it before a frame restored it) in the same thread.  The
+ * walk is a function of those registers, those words and the rules: it would take the
+ * same steps and find the same stack.  The words lie between sp and the outermost
+ * frame the memo's walk reached in this thread's stack, so they can be read.  (The
+ * rules are taken as unchanged: a library unloaded and another loaded at its address
+ * would also need the same return addresses at the same places on the stack.) */
+static bool memo_holds(const hz_unwind_memo_t *m, uint64_t thread, uint64_t sp, uint64_t fp) {
+    if (m->thread != thread || m->sp != sp || (m->fp_read && m->fp != fp)) return false;
+    for (uint32_t i = 0; i < m->reads; i++)
+        if (*(const uint64_t *)(uintptr_t)m->read[i].at != m->read[i].val) return false;
+    return true;
+}
+
+/* The memo's words, for a walk that found a stack: return addresses always, fp's
+ * saved values only if a later frame's CFA came from one. */
+static void memo_add(hz_unwind_memo_t *m, uint64_t at, uint64_t val) {
+    if (m->reads == HZ_UNWIND_READS) {
+        m->thread = 0; /* too deep to remember */
+        return;
+    }
+    m->read[m->reads].at = at;
+    m->read[m->reads++].val = val;
+}
+
+/* The walk from pc, sp and fp, the registers at pc in the frame of hz_unwind (whose
+ * frame stays while this one runs), written down in memo. */
+static HZ_NOINLINE int walk(void **frames, int max, hz_unwind_memo_t *memo, uint64_t thread,
+                            uint64_t pc, uint64_t sp, uint64_t fp) {
+    memo->thread = 0;
+    memo->sp = sp;
+    memo->fp = fp;
+    memo->fp_read = false;
+    memo->reads = 0;
     uint64_t gen = current_generation();
+    /* Where fp was last restored from, until a rule uses it (0: fp is still the
+     * register's value at the start, or already in the memo). */
+    uint64_t fp_at_pending = 0;
+    bool fp_restored = false;
     int n = 0;
     for (bool first = true; n < max; first = false) {
         /* A return address follows its call: look up the call (as libgcc does). */
         struct rule r = rule_for(first ? pc : pc - 1, gen);
         if (r.kind == RULE_END) break;
         if (r.kind == RULE_UNKNOWN) return -1;
+        if (r.kind == RULE_RBP) { /* this step depends on fp's value: remember it */
+            if (!fp_restored) memo->fp_read = true;
+            else if (fp_at_pending != 0) memo_add(memo, fp_at_pending, fp);
+            fp_at_pending = 0;
+        }
         uint64_t cfa = (r.kind == RULE_RSP ? sp : fp) + (uint64_t)(int64_t)r.cfa_off;
         if (cfa <= sp || cfa - sp > FRAME_MAX || (cfa & 7) != 0) return -1;
         uint64_t ra_at = cfa + (uint64_t)((int64_t)r.ra_off8 * 8);
@@ -491,18 +535,34 @@ HZ_NOINLINE int hz_unwind(void **frames, int max) {
         if (ra_at < sp || ra_at >= cfa || (r.rbp_off != 0 && (fp_at < sp || fp_at >= cfa)))
             return -1;
         pc = *(const uint64_t *)(uintptr_t)ra_at;
-        if (r.rbp_off != 0) fp = *(const uint64_t *)(uintptr_t)fp_at;
+        memo_add(memo, ra_at, pc);
+        if (r.rbp_off != 0) {
+            fp = *(const uint64_t *)(uintptr_t)fp_at;
+            fp_at_pending = fp_at;
+            fp_restored = true;
+        }
         sp = cfa;
         if (pc == 0) break;
         frames[n++] = (void *)(uintptr_t)pc;
     }
+    memo->thread = memo->reads < HZ_UNWIND_READS ? thread : 0;
     return n;
+}
+
+/* Light, so that a stack that repeats costs little more than its check. */
+HZ_NOINLINE int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) {
+    uint64_t pc, sp, fp;
+    __asm__ volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2"
+                     : "=r"(pc), "=r"(sp), "=r"(fp));
+    uint64_t thread = (uint64_t)(uintptr_t)&hz_tls_heap;
+    if (memo_holds(memo, thread, sp, fp)) return HZ_UNWIND_SAME;
+    return walk(frames, max, memo, thread, pc, sp, fp);
 }
 
 #else
 
-int hz_unwind(void **frames, int max) {
-    (void)frames, (void)max;
+int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) {
+    (void)frames, (void)max, (void)memo;
     return -1; /* backtrace() it is */
 }
 

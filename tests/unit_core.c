@@ -17,7 +17,6 @@
 #include "freelist.h"
 
 #define HZ_UNIT_NOINLINE __attribute__((noinline))
-int hz_unwind(void **frames, int max); /* the library's, hidden there */
 
 static int failures;
 #define EXPECT(c, ...)                                                  \
@@ -451,7 +450,8 @@ struct unwind_pair {
 };
 
 static HZ_UNIT_NOINLINE void unwind_leaf(struct unwind_pair *u) {
-    u->n_ours = hz_unwind(u->ours, UNWIND_MAX);
+    hz_unwind_memo_t memo = {0}; /* empty: a full walk */
+    u->n_ours = hz_unwind(u->ours, UNWIND_MAX, &memo);
     u->n_theirs = backtrace(u->theirs, UNWIND_MAX);
     __asm__ volatile("" ::: "memory"); /* not a tail call */
 }
@@ -511,6 +511,70 @@ static void *unwind_thread(void *arg) {
     return NULL;
 }
 
+/* The memo of a walk answers for the next walk only when that one would find the
+ * same stack: the same call site reached through the same callers.  The two callers
+ * of site a have frames of one size, so walks through either begin at the same sp
+ * and only the return addresses on the stack tell them apart. */
+static hz_unwind_memo_t memo_shared;
+static volatile int memo_tag;
+
+static HZ_UNIT_NOINLINE int memo_site_a(void **frames) {
+    int n = hz_unwind(frames, UNWIND_MAX, &memo_shared);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+    return n;
+}
+
+static HZ_UNIT_NOINLINE int memo_site_b(void **frames) {
+    memo_tag = 3;
+    int n = hz_unwind(frames, UNWIND_MAX, &memo_shared);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+static HZ_UNIT_NOINLINE int memo_caller_x(void **frames) {
+    memo_tag = 1;
+    int n = memo_site_a(frames);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+static HZ_UNIT_NOINLINE int memo_caller_y(void **frames) {
+    memo_tag = 2;
+    int n = memo_site_a(frames);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+static HZ_UNIT_NOINLINE int memo_walk(char which, void **frames) {
+    int n = which == 'x' ? memo_caller_x(frames)
+            : which == 'y' ? memo_caller_y(frames)
+                           : memo_site_b(frames);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+static void test_unwind_memo(void) {
+#if defined(__x86_64__)
+    static const char order[] = "xxyyxb";
+    enum { WALKS = sizeof order - 1 };
+    void *f[WALKS][UNWIND_MAX];
+    int n[WALKS];
+    memset(&memo_shared, 0, sizeof memo_shared);
+    memset(f, 0, sizeof f);
+    for (int i = 0; i < WALKS; i++) n[i] = memo_walk(order[i], f[i]); /* one call site */
+    EXPECT(n[0] > 3, "memo: a first walk found %d frames", n[0]);
+    EXPECT(n[1] == HZ_UNWIND_SAME, "memo: the same stack again was walked (%d)", n[1]);
+    EXPECT(n[2] == n[0] && f[2][0] == f[0][0] && f[2][1] != f[0][1],
+           "memo: another caller taken for the first (%d frames, [1] %p then %p)", n[2],
+           f[0][1], f[2][1]);
+    EXPECT(n[3] == HZ_UNWIND_SAME, "memo: the second caller's stack again was walked");
+    EXPECT(n[4] == n[0] && memcmp(f[4], f[0], sizeof f[0]) == 0,
+           "memo: the first caller's stack, walked again, differs");
+    EXPECT(n[5] > 0 && f[5][0] != f[0][0], "memo: two call sites not told apart (%d frames)",
+           n[5]);
+#endif
+}
+
 static void test_unwind(void) {
 #if defined(__x86_64__)
     void *warm[2];
@@ -558,6 +622,7 @@ int main(void) {
     test_stash();
     test_forked_heap();
     test_fork_waits_bounded();
+    test_unwind_memo();
     test_unwind();
     if (failures) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
