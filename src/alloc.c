@@ -161,21 +161,15 @@ void *hz_calloc_impl(size_t count, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    if ((p = maybe_sampled(total, 0, &zero)) != NULL) {
-        if (!zero) memset(p, 0, total);
-        return p;
+    /* A heap-profile sample is fresh as often as any block: treated the same. */
+    if ((p = maybe_sampled(total, 0, &zero)) == NULL) {
+        if (total > HZ_MEDIUM_MAX) p = large_alloc(total, 0, &zero);
+        else if ((p = alloc_class(hz_size_class(total), &zero)) != NULL && zero)
+            *(void **)p = NULL; /* zero past its first word: now all of it */
     }
-    if (total <= HZ_MEDIUM_MAX) {
-        p = alloc_class(hz_size_class(total), &zero);
-        if (p != NULL && zero) {
-            *(void **)p = NULL;
-            if (total <= CALLOC_TOUCH_MAX) touch_pages(p, total);
-            return p;
-        }
-    } else {
-        p = large_alloc(total, 0, &zero);
-    }
-    if (p != NULL && !zero) memset(p, 0, total);
+    if (p == NULL) return NULL;
+    if (!zero) memset(p, 0, total);
+    else if (total <= CALLOC_TOUCH_MAX) touch_pages(p, total);
     return p;
 }
 
