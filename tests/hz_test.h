@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -241,6 +242,37 @@ static inline long hz_test_mem_available_kib(void)
 /* ------------------------------------------------------------- random */
 
 /* splitmix64: small, fast, good enough for picking sizes. */
+/* calloc of memory the kernel has not backed yet, read before it is written (a
+ * table's empty slots checked before they are filled) must take one page fault per
+ * page.  Left to the kernel's zero page, the reads map it and each write then faults
+ * a second time and flushes the TLB of every CPU the process runs on.  Fails the
+ * test (as `what`) otherwise; run it while the heap's memory is fresh. */
+static inline void hz_test_calloc_fresh_faults(const char *what)
+{
+    enum { BLOCKS = 32, SIZE = 48 << 10 };
+    static volatile uint64_t *blocks[BLOCKS];
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    uint64_t sum = 0;
+    for (int i = 0; i < BLOCKS; i++) {
+        blocks[i] = (volatile uint64_t *)calloc(1, SIZE);
+        CHECK(blocks[i] != NULL, "calloc(%d) failed", SIZE);
+        for (size_t w = 0; w < SIZE / 8; w += 512)
+            sum += blocks[i][w];
+        for (size_t w = 0; w < SIZE / 8; w += 512)
+            blocks[i][w] = w + 1;
+    }
+    getrusage(RUSAGE_SELF, &after);
+    long faults = after.ru_minflt - before.ru_minflt;
+    long pages = (long)BLOCKS * (SIZE / 4096);
+    CHECK(sum == 0, "calloc'd memory was not zero");
+    CHECK(faults < pages + pages / 2,
+          "%d fresh %s blocks of %d B read, then written: %ld page faults for %ld pages",
+          BLOCKS, what, SIZE, faults, pages);
+    for (int i = 0; i < BLOCKS; i++)
+        free((void *)blocks[i]);
+}
+
 static inline uint64_t hz_test_rand(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

@@ -569,37 +569,11 @@ static void test_calloc_dirty(void)
     free(b);
 }
 
-/* calloc of memory the kernel has not backed yet, read before it is written (a
- * table's empty slots checked before they are filled): one page fault per page.  Left
- * to the kernel's zero page, the reads map it and each write then faults a second
- * time and flushes the TLB of every CPU the process runs on.  Run first, while the
- * heap's memory is fresh. */
+/* Run first, while the heap's memory is fresh. */
 static void test_calloc_fresh_faults(void)
 {
-    enum { BLOCKS = 32, SIZE = 48 << 10 };
-    if (!hz_loaded)
-        return;
-    static volatile uint64_t *blocks[BLOCKS];
-    struct rusage before, after;
-    getrusage(RUSAGE_SELF, &before);
-    uint64_t sum = 0;
-    for (int i = 0; i < BLOCKS; i++) {
-        blocks[i] = calloc(1, SIZE);
-        CHECK(blocks[i] != NULL, "calloc(%d) failed", SIZE);
-        for (size_t w = 0; w < SIZE / 8; w += 512)
-            sum += blocks[i][w];
-        for (size_t w = 0; w < SIZE / 8; w += 512)
-            blocks[i][w] = w + 1;
-    }
-    getrusage(RUSAGE_SELF, &after);
-    long faults = after.ru_minflt - before.ru_minflt;
-    long pages = (long)BLOCKS * (SIZE / 4096);
-    CHECK(sum == 0, "calloc'd memory was not zero");
-    CHECK(faults < pages + pages / 2,
-          "%d fresh calloc'd blocks of %d B read, then written: %ld page faults for %ld pages",
-          BLOCKS, SIZE, faults, pages);
-    for (int i = 0; i < BLOCKS; i++)
-        free((void *)blocks[i]);
+    if (hz_loaded)
+        hz_test_calloc_fresh_faults("calloc'd");
 }
 
 /* ------------------------------------------------- sized free & friends */

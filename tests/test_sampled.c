@@ -15,7 +15,6 @@
 
 #include <malloc.h>
 #include <pthread.h>
-#include <sys/resource.h>
 
 #include "../include/hakozuna_prof.h"
 
@@ -92,31 +91,6 @@ static void use_blocks(void) {
     }
 }
 
-/* A sampled calloc of fresh memory, read before it is written, takes one page fault
- * per page as any calloc does (tests/test_api.c says why): run first, while the
- * heap's memory is fresh. */
-static void calloc_fresh_faults(void) {
-    enum { BLOCKS = 32, SIZE = 48 << 10 };
-    static volatile uint64_t *blocks[BLOCKS];
-    struct rusage before, after;
-    getrusage(RUSAGE_SELF, &before);
-    uint64_t sum = 0;
-    for (int i = 0; i < BLOCKS; i++) {
-        blocks[i] = calloc(1, SIZE);
-        CHECK(blocks[i] != NULL, "calloc(1, %d)", SIZE);
-        for (size_t w = 0; w < SIZE / 8; w += 512) sum += blocks[i][w];
-        for (size_t w = 0; w < SIZE / 8; w += 512) blocks[i][w] = w + 1;
-    }
-    getrusage(RUSAGE_SELF, &after);
-    long faults = after.ru_minflt - before.ru_minflt;
-    long pages = (long)BLOCKS * (SIZE / 4096);
-    CHECK(sum == 0, "calloc'd memory was not zero");
-    CHECK(faults < pages + pages / 2,
-          "%d fresh sampled calloc'd blocks of %d B read, then written: %ld page faults for %ld pages",
-          BLOCKS, SIZE, faults, pages);
-    for (int i = 0; i < BLOCKS; i++) free((void *)blocks[i]);
-}
-
 enum { CROSS = 2000 };
 static void *cross[CROSS];
 
@@ -182,7 +156,7 @@ int main(int argc, char **argv) {
         FAIL("exec /proc/self/exe: %s", strerror(errno));
     }
     open_profile();
-    calloc_fresh_faults();
+    hz_test_calloc_fresh_faults("sampled calloc'd"); /* while the heap is fresh */
     int64_t live0 = live_samples();
     uint64_t samples0 = load(&seg->samples);
 
