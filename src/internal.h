@@ -326,7 +326,8 @@ void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) HZ_HIDDEN;
-/* Behind hz_free_fast: p, in a page of the caller's heap, starts no block (prof.c). */
+/* Behind hz_free_fast: p, in a page of the caller's heap, starts no block: a
+ * heap-profile sample's pointer (prof.c), or reported. */
 HZ_COLD void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;

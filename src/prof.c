@@ -200,15 +200,20 @@ static void forget(uint32_t slot, size_t size) {
     ADD(s->samples_freed, 1);
 }
 
+/* A large sample that could not be served as one: counted as lost, allocated
+ * normally. */
+static void *large_sample_lost(struct hz_prof_segment *s) {
+    atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
+    ADD(s->samples, 1);
+    ADD(s->samples_lost, 1);
+    return NULL;
+}
+
 void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
     struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
     if (s == NULL) return NULL;
-    if (atomic_fetch_add_explicit(&live_samples, 1, memory_order_relaxed) >= HZ_PROF_MAX_LIVE) {
-        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-        ADD(s->samples, 1);
-        ADD(s->samples_lost, 1);
-        return NULL; /* allocated normally */
-    }
+    if (atomic_fetch_add_explicit(&live_samples, 1, memory_order_relaxed) >= HZ_PROF_MAX_LIVE)
+        return large_sample_lost(s);
     /* One mapping size for all small samples (see above); the profile counts the
      * size asked for. */
     int saved_errno = errno; /* the mapping may set it: invisible */
@@ -217,12 +222,7 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
     void *p = hz_large_alloc(serve, alignment, zero);
     hz_tls_heap->sampling = false;
     errno = saved_errno;
-    if (p == NULL) {
-        atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-        ADD(s->samples, 1);
-        ADD(s->samples_lost, 1);
-        return NULL;
-    }
+    if (p == NULL) return large_sample_lost(s);
     hz_large_t *h = hz_large_header(p);
     h->sample = take_trace(s, hz_tls_heap, size) + 1; /* capacity + 1: in no trace */
     h->sample_size = size;

@@ -281,10 +281,6 @@ typedef struct hz_heap_stats {
  * past their own heap's destructor. */
 enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_SHARED = 4 };
 
-/* A heap starts with its counters, which end a page of their own (heap.c): with stats
- * on, that page is a thread slot of the shared-memory segment (shm.c), where readers
- * see the counters as the owner bumps them.  The 64 bytes before the heap are the
- * slot's header (struct hz_shm_thread). */
 /* The stack words a walk of the unwinder (unwind.c) read, so that the next walk from
  * the same place can check them instead of walking: each word's address and value. */
 #define HZ_UNWIND_READS 72
@@ -299,6 +295,10 @@ typedef struct hz_unwind_memo {
     } read[HZ_UNWIND_READS];
 } hz_unwind_memo_t;
 
+/* A heap starts with its counters, which end a page of their own (heap.c): with stats
+ * on, that page is a thread slot of the shared-memory segment (shm.c), where readers
+ * see the counters as the owner bumps them.  The 64 bytes before the heap are the
+ * slot's header (struct hz_shm_thread). */
 typedef struct hz_heap {
     hz_heap_stats_t stats;
     /* Bytes to allocate before the next look at the heap profile (prof.c): the fast

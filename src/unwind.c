@@ -495,10 +495,7 @@ static bool memo_holds(const hz_unwind_memo_t *m, uint64_t thread, uint64_t sp, 
 /* The memo's words, for a walk that found a stack: return addresses always, fp's
  * saved values only if a later frame's CFA came from one. */
 static void memo_add(hz_unwind_memo_t *m, uint64_t at, uint64_t val) {
-    if (m->reads == HZ_UNWIND_READS) {
-        m->thread = 0; /* too deep to remember */
-        return;
-    }
+    if (m->reads == HZ_UNWIND_READS) return; /* too deep to remember: see walk's end */
     m->read[m->reads].at = at;
     m->read[m->reads++].val = val;
 }
