@@ -242,6 +242,22 @@ static inline long hz_test_mem_available_kib(void)
 /* ------------------------------------------------------------- random */
 
 /* splitmix64: small, fast, good enough for picking sizes. */
+/* The library reads its environment switches at start: unless `name` already holds
+ * `value`, this runs the program again with it set and HAKOZUNA_STATS=1 (which every
+ * other switch needs).  Skips when /dev/shm, where the stats go, is not available. */
+static inline void hz_test_rerun_with(char **argv, const char *name, const char *value)
+{
+    const char *e = getenv(name);
+    if (e != NULL && strcmp(e, value) == 0)
+        return;
+    if (access("/dev/shm", W_OK) != 0)
+        SKIP("/dev/shm is not available");
+    setenv("HAKOZUNA_STATS", "1", 1);
+    setenv(name, value, 1);
+    execv("/proc/self/exe", argv);
+    FAIL("exec /proc/self/exe: %s", strerror(errno));
+}
+
 /* calloc of memory the kernel has not backed yet, read before it is written (a
  * table's empty slots checked before they are filled) must take one page fault per
  * page.  Left to the kernel's zero page, the reads map it and each write then faults

@@ -147,14 +147,7 @@ int main(int argc, char **argv) {
         if (hz_test_allow_system()) SKIP("hakozuna is not preloaded");
         FAIL("hakozuna is not preloaded (run through tests/preload.sh)");
     }
-    const char *e = getenv("HAKOZUNA_PROFILE");
-    if (e == NULL || strcmp(e, "2") != 0) {
-        if (access("/dev/shm", W_OK) != 0) SKIP("/dev/shm is not available");
-        setenv("HAKOZUNA_STATS", "1", 1);
-        setenv("HAKOZUNA_PROFILE", "2", 1);
-        execv("/proc/self/exe", argv);
-        FAIL("exec /proc/self/exe: %s", strerror(errno));
-    }
+    hz_test_rerun_with(argv, "HAKOZUNA_PROFILE", "2");
     open_profile();
     hz_test_calloc_fresh_faults("sampled calloc'd"); /* while the heap is fresh */
     int64_t live0 = live_samples();

@@ -72,13 +72,7 @@ int main(int argc, char **argv)
         if (hz_test_allow_system()) SKIP("hakozuna is not preloaded");
         FAIL("hakozuna is not preloaded (run through tests/preload.sh)");
     }
-    const char *e = getenv("HAKOZUNA_STATS");
-    if (e == NULL || strcmp(e, "1") != 0) {
-        if (access("/dev/shm", W_OK) != 0) SKIP("/dev/shm is not available");
-        setenv("HAKOZUNA_STATS", "1", 1);
-        execv("/proc/self/exe", argv);
-        FAIL("exec /proc/self/exe: %s", strerror(errno));
-    }
+    hz_test_rerun_with(argv, "HAKOZUNA_STATS", "1");
     churn();
     CHECK(maps_segment() == 1, "the library publishes no stats segment");
 
