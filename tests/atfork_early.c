@@ -4,11 +4,14 @@
  * its own; its first allocation is a large one.  Every handler allocates, small and
  * large (large requests go through the allocator's global locks). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void *kept;
-int atfork_early_runs[3]; /* prepare, parent, child */
+/* Two threads may fork at once: each keeps its own block between prepare and
+ * parent/child, or both would free the one the later prepare kept. */
+static _Thread_local void *kept;
+atomic_int atfork_early_runs[3]; /* prepare, parent, child */
 void *volatile atfork_early_sink; /* keeps the compiler from eliding malloc/free pairs */
 
 static void *touch(size_t n)

@@ -21,9 +21,10 @@
 #define WORKER_FORKS 20
 #define CHILD_TIMEOUT_MS 10000
 
-extern int atfork_early_runs[3];
+extern atomic_int atfork_early_runs[3];
 static atomic_int late_runs[3];
-static void *late_kept;
+/* main and a worker fork at the same time: a global would be freed twice. */
+static _Thread_local void *late_kept;
 static atomic_int stop;
 static _Atomic(void *) shared[16];
 static void *volatile sink; /* keeps the compiler from eliding malloc/free pairs */
