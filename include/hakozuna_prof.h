@@ -13,8 +13,9 @@
  * object is then reachable only through its mapping ("... .heap (deleted)" in
  * /proc/PID/maps).  A fork child does not profile (it drops the mapping).
  *
- * Each trace counts the sampled blocks with that call stack still live (allocated,
- * not yet freed), and all sampled so far.  An estimate of the real figures scales
+ * Each trace counts the sampled blocks with that call stack, and those of them
+ * freed: the difference is what is still live.  (Two counts that only grow, so that
+ * a sample and its free each cost two atomic adds.)  An estimate of the real figures scales
  * each trace by 1 / (1 - exp(-avg / sample_rate)), avg being its average sampled
  * size (what pprof does for "heap_v2" profiles).  hzstat --heap reads it.
  *
@@ -26,7 +27,9 @@
  *    bytes each.  A trace whose `hash` is 0 or 1 is not (yet) in use; once `hash`
  *    is larger (read it with acquire), depth and frames never change.
  *  - The counts are updated with relaxed atomics, one at a time, without a seqlock:
- *    a snapshot may catch a block between its count and its bytes.
+ *    a snapshot may catch a block between its count and its bytes, or see a free
+ *    before the allocation it ends (take a negative difference as 0).
+ *  - Samples taken are the traces' alloc_count plus samples_lost.
  *  - Frames are return addresses in the process's address space, innermost first,
  *    starting with the allocator's entry point (malloc, calloc, operator new...)
  *    or the hakozuna function below it; map them to files with /proc/PID/maps.
@@ -40,7 +43,7 @@
 
 /* Bytes "hakoprof" at offset 0. */
 #define HZ_PROF_MAGIC UINT64_C(0x666f72706f6b6168)
-#define HZ_PROF_LAYOUT_VERSION 1u
+#define HZ_PROF_LAYOUT_VERSION 2u
 
 /* Appended to the stats segment's name. */
 #define HZ_PROF_SUFFIX ".heap"
@@ -57,10 +60,10 @@ struct hz_prof_trace {
     uint64_t hash;               /* 0: free slot; 1: being written; else in use */
     uint32_t depth;              /* frames[] in use */
     uint32_t reserved;
-    uint64_t live_count;         /* sampled blocks with this stack not yet freed */
-    uint64_t live_bytes;         /* their sizes as requested */
     uint64_t alloc_count;        /* sampled blocks with this stack, ever */
-    uint64_t alloc_bytes;
+    uint64_t alloc_bytes;        /* their sizes as requested */
+    uint64_t freed_count;        /* of those, the blocks freed */
+    uint64_t freed_bytes;
     uint64_t frames[HZ_PROF_MAX_FRAMES]; /* return addresses, innermost first */
 };
 
@@ -73,12 +76,10 @@ struct hz_prof_segment {
     uint64_t sample_rate;        /* mean bytes allocated between two samples */
     uint32_t trace_capacity;     /* entries of traces[] */
     uint32_t trace_size;         /* sizeof(struct hz_prof_trace) */
-    uint64_t samples;            /* allocations sampled so far */
-    uint64_t samples_freed;      /* of which freed */
     uint64_t samples_lost;       /* in no trace: the table was full, or a large or
                                     aligned sample found 16384 such samples live
                                     already, or no memory */
-    uint64_t reserved[7];
+    uint64_t reserved[9];
 };
 
 #if defined(__cplusplus)

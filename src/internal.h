@@ -363,6 +363,9 @@ HZ_INLINE bool hz_sample_due(hz_heap_t *heap, size_t size) {
 extern _Atomic uint64_t hz_prof_rate HZ_HIDDEN;
 /* After hz_sample_due: resets the countdown, true when this allocation is a sample. */
 bool hz_sample_take(hz_heap_t *heap) HZ_HIDDEN;
+/* Builds the table hz_sample_take draws intervals of mean rate from (before
+ * hz_prof_rate is published). */
+void hz_prof_intervals(uint64_t rate) HZ_HIDDEN;
 /* A sampled large block (NULL: allocate it normally); *zero as hz_large_alloc's. */
 void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) HZ_HIDDEN;
 /* A sampled large block is freed: take it out of the live profile. */

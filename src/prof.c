@@ -67,44 +67,71 @@ static uint64_t rng_next(hz_heap_t *heap) { /* xorshift64* */
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* -ln(u) * mean for u uniform in (0, 1], without libm: log2 of a 52-bit integer v is
- * its top bit's position k plus log2(1 + f), f in [0, 1), which f * (1.3465 - 0.3465 f)
- * approximates within 0.5 %; k and 1 + f are the exponent and the significand of v as
- * a double.  mean is below 2^53, the interval below 2^59: signed conversions. */
-static uint64_t next_interval(hz_heap_t *heap, uint64_t mean) {
-    uint64_t v = (rng_next(heap) >> 12) | 1; /* 1 .. 2^52 - 1 */
-    double d = (double)(int64_t)v;
+/* The exponential distribution as INTERVAL_STEPS quantiles of -ln(u), u uniform in
+ * (0, 1]: quantile i (u in [i, i + 1) / STEPS) is drawn as the mean of -ln(u) * rate
+ * over it, 1 + STEPS (a ln a - b ln b) for its ends a and b, so that the mean
+ * interval is rate exactly and a draw is a table read.  Quantile 0 is the tail,
+ * where -ln(u) is ln(STEPS) plus a new exponential draw (it has no memory).  Built
+ * once, when profiling starts; the rate never changes after. */
+#define INTERVAL_BITS 10
+#define INTERVAL_STEPS (1u << INTERVAL_BITS)
+static uint64_t interval_of[INTERVAL_STEPS]; /* [0]: the tail's ln(STEPS) * rate */
+
+/* ln(x) for x > 0 to double precision, without libm: x = m 2^e with m in [1, 2),
+ * ln(m) = 2 atanh(t) with t = (m - 1) / (m + 1) < 1/3, a series that converges fast. */
+static double ln(double x) {
     uint64_t bits;
-    memcpy(&bits, &d, sizeof bits);
-    int k = (int)(bits >> 52) - 1023;
+    memcpy(&bits, &x, sizeof bits);
+    int e = (int)(bits >> 52) - 1023;
     bits = (bits & (((uint64_t)1 << 52) - 1)) | ((uint64_t)1023 << 52);
-    double f;
-    memcpy(&f, &bits, sizeof f);
-    f -= 1.0;
-    double log2v = (double)k + f * (1.3465 - 0.3465 * f);
-    double x = (52.0 - log2v) * 0.6931471805599453 * (double)(int64_t)mean;
-    return x < 1.0 ? 1 : (uint64_t)(int64_t)x;
+    double m;
+    memcpy(&m, &bits, sizeof m);
+    double t = (m - 1.0) / (m + 1.0), t2 = t * t, term = t, sum = 0.0;
+    for (int k = 1; k < 60; k += 2, term *= t2) sum += term / k;
+    return (double)e * 0.6931471805599453 + 2.0 * sum;
+}
+
+void hz_prof_intervals(uint64_t rate) {
+    const double n = INTERVAL_STEPS;
+    interval_of[0] = (uint64_t)(ln(n) * (double)rate + 0.5);
+    double a_ln_a = (1.0 / n) * ln(1.0 / n);
+    for (unsigned i = 1; i < INTERVAL_STEPS; i++) {
+        double b = (i + 1) / n, b_ln_b = i + 1 == INTERVAL_STEPS ? 0.0 : b * ln(b);
+        double x = (1.0 + n * (a_ln_a - b_ln_b)) * (double)rate;
+        interval_of[i] = x < 1.0 ? 1 : (uint64_t)(x + 0.5);
+        a_ln_a = b_ln_b;
+    }
+}
+
+static uint64_t next_interval(hz_heap_t *heap) {
+    uint64_t tail = 0;
+    for (;;) {
+        uint64_t i = rng_next(heap) >> (64 - INTERVAL_BITS); /* the generator's best bits */
+        if (hz_likely(i != 0)) return tail + interval_of[i];
+        tail += interval_of[0];
+    }
 }
 
 /* A heap's first look: its generator is seeded, and its first interval drawn. */
-static HZ_NOINLINE void sample_seed(hz_heap_t *heap, uint64_t rate) {
+static HZ_NOINLINE void sample_seed(hz_heap_t *heap) {
     heap->sample_rng = ((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms() ^ 1;
-    atomic_store_explicit(&heap->sample_left, next_interval(heap, rate), memory_order_relaxed);
+    atomic_store_explicit(&heap->sample_left, next_interval(heap), memory_order_relaxed);
 }
 
 bool hz_sample_take(hz_heap_t *heap) {
     if (heap == &hz_empty_heap || heap == &hz_exiting_heap) return false; /* shared */
-    uint64_t rate = atomic_load_explicit(&hz_prof_rate, memory_order_relaxed);
+    /* acquire: the intervals were built before the rate was published */
+    uint64_t rate = atomic_load_explicit(&hz_prof_rate, memory_order_acquire);
     if (hz_likely(rate == 0)) {
         atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
         return false;
     }
     /* A new heap starts at 0: the first interval is drawn, not taken as a sample. */
     if (hz_unlikely(heap->sample_rng == 0)) {
-        sample_seed(heap, rate);
+        sample_seed(heap);
         return false;
     }
-    atomic_store_explicit(&heap->sample_left, next_interval(heap, rate), memory_order_relaxed);
+    atomic_store_explicit(&heap->sample_left, next_interval(heap), memory_order_relaxed);
     return !heap->sampling;
 }
 
@@ -156,8 +183,6 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
 
 #define ADD(field, v) \
     atomic_fetch_add_explicit((_Atomic uint64_t *)&(field), (uint64_t)(v), memory_order_relaxed)
-#define SUB(field, v) \
-    atomic_fetch_sub_explicit((_Atomic uint64_t *)&(field), (uint64_t)(v), memory_order_relaxed)
 
 /* The slot of the caller's stack in s's table (s->trace_capacity: in none), the
  * sample counted.  The heap's memo of its last walk spares a stack that repeats its
@@ -165,7 +190,6 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
 HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t size) {
     hz_unwind_memo_t *memo = &heap->stack_memo;
     void *frames[HZ_PROF_MAX_FRAMES + 1];
-    ADD(s->samples, 1);
     heap->sampling = true; /* what backtrace() allocates is not sampled */
     int n = hz_unwind(frames, HZ_PROF_MAX_FRAMES + 1, memo);
     if (n != HZ_UNWIND_SAME) {
@@ -184,8 +208,6 @@ HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t
     struct hz_prof_trace *t = trace_at(s, slot);
     ADD(t->alloc_count, 1);
     ADD(t->alloc_bytes, size);
-    ADD(t->live_bytes, size);
-    ADD(t->live_count, 1);
     return slot;
 }
 
@@ -195,16 +217,14 @@ static void forget(uint32_t slot, size_t size) {
     if (s == NULL) return; /* a fork child's */
     if (slot >= s->trace_capacity) return; /* in no trace */
     struct hz_prof_trace *t = trace_at(s, slot);
-    SUB(t->live_count, 1);
-    SUB(t->live_bytes, size);
-    ADD(s->samples_freed, 1);
+    ADD(t->freed_count, 1);
+    ADD(t->freed_bytes, size);
 }
 
 /* A large sample that could not be served as one: counted as lost, allocated
  * normally. */
 static void *large_sample_lost(struct hz_prof_segment *s) {
     atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-    ADD(s->samples, 1);
     ADD(s->samples_lost, 1);
     return NULL;
 }
@@ -323,8 +343,9 @@ void hz_prof_start(void) {
     /* backtrace's first call loads libgcc_s, which allocates: now, not mid-sample. */
     void *warm[2];
     (void)backtrace(warm, 2);
+    hz_prof_intervals(rate);
     atomic_store_explicit(&prof_seg, s, memory_order_release);
-    atomic_store_explicit(&hz_prof_rate, rate, memory_order_relaxed);
+    atomic_store_explicit(&hz_prof_rate, rate, memory_order_release);
     /* This thread may have allocated before: its countdown reads "never". */
     hz_heap_t *heap = hz_tls_heap;
     if (heap != &hz_empty_heap && heap != &hz_exiting_heap)

@@ -41,9 +41,31 @@ static void open_profile(void) {
 
 static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
+/* The traces' counts summed: samples taken (with those in no trace) and freed. */
+static void sum_traces(uint64_t *taken, uint64_t *freed) {
+    const char *base = (const char *)seg + seg->header_size;
+    *taken = load(&seg->samples_lost);
+    *freed = 0;
+    for (uint32_t i = 0; i < seg->trace_capacity; i++) {
+        const struct hz_prof_trace *t =
+            (const struct hz_prof_trace *)(const void *)(base + (size_t)i * seg->trace_size);
+        if (load(&t->hash) < 2) continue;
+        *freed += load(&t->freed_count);
+        *taken += load(&t->alloc_count);
+    }
+}
+
+static uint64_t samples_taken(void) {
+    uint64_t taken, freed;
+    sum_traces(&taken, &freed);
+    return taken;
+}
+
 /* Sampled blocks in traces, not yet freed. */
 static int64_t live_samples(void) {
-    return (int64_t)(load(&seg->samples) - load(&seg->samples_lost) - load(&seg->samples_freed));
+    uint64_t taken, freed;
+    sum_traces(&taken, &freed);
+    return (int64_t)(taken - load(&seg->samples_lost) - freed);
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
@@ -151,10 +173,10 @@ int main(int argc, char **argv) {
     open_profile();
     hz_test_calloc_fresh_faults("sampled calloc'd"); /* while the heap is fresh */
     int64_t live0 = live_samples();
-    uint64_t samples0 = load(&seg->samples);
+    uint64_t samples0 = samples_taken();
 
     use_blocks();
-    uint64_t taken = load(&seg->samples) - samples0;
+    uint64_t taken = samples_taken() - samples0;
     CHECK(taken >= 4 * NSIZES, "only %llu of at least %zu allocations were sampled",
           (unsigned long long)taken, 4 * NSIZES);
     /* The checked variant's quarantine holds freed blocks back from the core. */

@@ -575,6 +575,37 @@ static void test_unwind_memo(void) {
 #endif
 }
 
+/* The heap profile's intervals: exponential with the mean asked for, so that a block
+ * of s bytes is sampled with probability 1 - exp(-s / rate), tail included. */
+static void test_sample_intervals(void) {
+    static hz_heap_t heap; /* a heap of its own: nothing else counts down on it */
+    enum { DRAWS = 2000000, RATE = 1000 };
+    hz_prof_intervals(RATE);
+    heap.sample_rng = 0x2545F4914F6CDD1DULL;
+    atomic_store(&hz_prof_rate, RATE);
+    double sum = 0;
+    unsigned below_half = 0, above_5 = 0, above_9 = 0, taken = 0;
+    for (int i = 0; i < DRAWS; i++) {
+        taken += hz_sample_take(&heap);
+        uint64_t v = atomic_load(&heap.sample_left);
+        sum += (double)v;
+        below_half += v <= RATE / 2;
+        above_5 += v > 5 * RATE;
+        above_9 += v > 9 * RATE;
+    }
+    atomic_store(&hz_prof_rate, 0);
+    double mean = sum / DRAWS, p_half = (double)below_half / DRAWS;
+    double p5 = (double)above_5 / DRAWS, p9 = (double)above_9 / DRAWS;
+    EXPECT(taken == DRAWS, "intervals: %u of %d draws were samples", taken, DRAWS);
+    EXPECT(mean > 0.997 * RATE && mean < 1.003 * RATE, "intervals: mean %.1f, not %d", mean,
+           RATE);
+    EXPECT(p_half > 0.3885 && p_half < 0.3985, "intervals: P(<= rate/2) %.4f, not 0.3935",
+           p_half);
+    EXPECT(p5 > 0.0060 && p5 < 0.0075, "intervals: P(> 5 rate) %.5f, not 0.00674", p5);
+    /* Beyond the table's last quantile (ln 1024 = 6.9 rates): the redrawn tail. */
+    EXPECT(p9 > 0.00008 && p9 < 0.00017, "intervals: P(> 9 rate) %.6f, not 0.000123", p9);
+}
+
 static void test_unwind(void) {
 #if defined(__x86_64__)
     void *warm[2];
@@ -623,12 +654,13 @@ int main(void) {
     test_forked_heap();
     test_fork_waits_bounded();
     test_unwind_memo();
+    test_sample_intervals();
     test_unwind();
     if (failures) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, direct tables, lookup, page lengths, kept pages, full page requeue, retired span reuse, reuse, stash, forked heap, bounded fork, unwind: ok\n",
+    printf("unit_core (%s): size classes, direct tables, lookup, page lengths, kept pages, full page requeue, retired span reuse, reuse, stash, forked heap, bounded fork, sample intervals, unwind: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }

@@ -251,10 +251,13 @@ static size_t collect_sites(const struct hz_prof_segment *h, struct proc_maps *p
         unsigned d = t->depth < HZ_PROF_MAX_FRAMES ? t->depth : HZ_PROF_MAX_FRAMES, k = 0;
         while (k + 1 < d && in_allocator(pm, t->frames[k])) k++;
         for (; k < d; k++) s.frames[s.depth++] = t->frames[k];
-        s.live_count = __atomic_load_n(&t->live_count, __ATOMIC_RELAXED);
-        s.live_bytes = __atomic_load_n(&t->live_bytes, __ATOMIC_RELAXED);
+        uint64_t freed_count = __atomic_load_n(&t->freed_count, __ATOMIC_RELAXED);
+        uint64_t freed_bytes = __atomic_load_n(&t->freed_bytes, __ATOMIC_RELAXED);
         s.alloc_count = __atomic_load_n(&t->alloc_count, __ATOMIC_RELAXED);
         s.alloc_bytes = __atomic_load_n(&t->alloc_bytes, __ATOMIC_RELAXED);
+        /* A free may be seen before its allocation: no live count below 0. */
+        s.live_count = s.alloc_count > freed_count ? s.alloc_count - freed_count : 0;
+        s.live_bytes = s.alloc_bytes > freed_bytes ? s.alloc_bytes - freed_bytes : 0;
         size_t j = 0;
         while (j < n && (v[j].depth != s.depth ||
                          memcmp(v[j].frames, s.frames, s.depth * sizeof s.frames[0]) != 0))
@@ -290,15 +293,15 @@ static const char *bytes_text(double v, char *buf, size_t cap) {
 static void print_sites(const struct hz_prof_segment *h, struct proc_maps *pm, long pid,
                         const struct site *v, size_t n, long top) {
     double total = 0, blocks = 0;
-    uint64_t live = 0;
+    uint64_t live = 0, taken = h->samples_lost;
     for (size_t j = 0; j < n; j++) total += v[j].est_bytes, blocks += v[j].est_count,
-                                       live += v[j].live_count;
+                                       live += v[j].live_count, taken += v[j].alloc_count;
     char b1[32], b2[32];
     printf("heap profile of process %ld: one sample per %s allocated on average\n", pid,
            bytes_text((double)h->sample_rate, b1, sizeof b1));
     printf("samples: %" PRIu64 " live, %" PRIu64 " taken, %" PRIu64
            " not recorded\n",
-           live, h->samples, h->samples_lost);
+           live, taken, h->samples_lost);
     printf("estimated live: %s in %.0f blocks\n", bytes_text(total, b2, sizeof b2), blocks);
     long shown = 0;
     for (size_t j = 0; j < n && shown < top; j++) {
