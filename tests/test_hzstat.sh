@@ -118,7 +118,11 @@ patch32() { # FILE OFFSET VALUE (< 2^32)
 "$HZSTAT" --version >"$tmp/v" 2>&1
 rc=$?
 expect_rc "hzstat --version" 0 $rc
-check "--version names the segment layout" grep -q 'layout' "$tmp/v"
+hdr=$(dirname "$0")/../include
+shm_layout=$(sed -n 's/^#define HZ_SHM_LAYOUT_VERSION \([0-9]*\)u*$/\1/p' "$hdr/hakozuna_shm.h")
+prof_layout=$(sed -n 's/^#define HZ_PROF_LAYOUT_VERSION \([0-9]*\)u*$/\1/p' "$hdr/hakozuna_prof.h")
+check "--version names the layouts of the headers ($shm_layout, $prof_layout)" \
+    grep -q "segment layout ${shm_layout:-?}, heap profile layout ${prof_layout:-?}\$" "$tmp/v"
 "$HZSTAT" --help >"$tmp/h" 2>&1
 expect_rc "hzstat --help" 0 $?
 check "--help documents the exit statuses" grep -q 'Exit status' "$tmp/h"

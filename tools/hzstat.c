@@ -1800,8 +1800,8 @@ int main(int argc, char **argv) {
         case 'H': heap = true; break;
         case 'o': output = optarg; break;
         case 'V':
-            printf("hzstat (hakozuna) %s, stats segment layout %u\n", PACKAGE_VERSION,
-                   HZ_SHM_LAYOUT_VERSION);
+            printf("hzstat (hakozuna) %s, stats segment layout %u, heap profile layout %u\n",
+                   PACKAGE_VERSION, HZ_SHM_LAYOUT_VERSION, HZ_PROF_LAYOUT_VERSION);
             return EXIT_OK;
         case 'h': usage(stdout); return EXIT_OK;
         case ':': return usage_error("option %s needs an argument", argv[optind - 1]);
