@@ -239,25 +239,6 @@ static inline long hz_test_mem_available_kib(void)
     return strtol(p + strlen("MemAvailable:"), NULL, 10);
 }
 
-/* ------------------------------------------------------------- random */
-
-/* splitmix64: small, fast, good enough for picking sizes. */
-/* The library reads its environment switches at start: unless `name` already holds
- * `value`, this runs the program again with it set and HAKOZUNA_STATS=1 (which every
- * other switch needs).  Skips when /dev/shm, where the stats go, is not available. */
-static inline void hz_test_rerun_with(char **argv, const char *name, const char *value)
-{
-    const char *e = getenv(name);
-    if (e != NULL && strcmp(e, value) == 0)
-        return;
-    if (access("/dev/shm", W_OK) != 0)
-        SKIP("/dev/shm is not available");
-    setenv("HAKOZUNA_STATS", "1", 1);
-    setenv(name, value, 1);
-    execv("/proc/self/exe", argv);
-    FAIL("exec /proc/self/exe: %s", strerror(errno));
-}
-
 /* calloc of memory the kernel has not backed yet, read before it is written (a
  * table's empty slots checked before they are filled) must take one page fault per
  * page.  Left to the kernel's zero page, the reads map it and each write then faults
@@ -289,6 +270,34 @@ static inline void hz_test_calloc_fresh_faults(const char *what)
         free((void *)blocks[i]);
 }
 
+/* ------------------------------------------------------- library switches */
+
+/* The library reads its environment switches at start: unless `name` already holds
+ * `value`, this runs the program again with it set and HAKOZUNA_STATS=1 (which every
+ * other switch needs).  Fails unless hakozuna is preloaded (skips with
+ * HZ_TEST_ALLOW_SYSTEM=1), and skips when /dev/shm, where the stats go, is not
+ * available. */
+static inline void hz_test_rerun_with(char **argv, const char *name, const char *value)
+{
+    if (!hz_test_loaded()) {
+        if (hz_test_allow_system())
+            SKIP("hakozuna is not preloaded");
+        FAIL("hakozuna is not preloaded (run through tests/preload.sh)");
+    }
+    const char *e = getenv(name);
+    if (e != NULL && strcmp(e, value) == 0)
+        return;
+    if (access("/dev/shm", W_OK) != 0)
+        SKIP("/dev/shm is not available");
+    setenv("HAKOZUNA_STATS", "1", 1);
+    setenv(name, value, 1);
+    execv("/proc/self/exe", argv);
+    FAIL("exec /proc/self/exe: %s", strerror(errno));
+}
+
+/* ------------------------------------------------------------- random */
+
+/* splitmix64: small, fast, good enough for picking sizes. */
 static inline uint64_t hz_test_rand(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
