@@ -45,9 +45,10 @@
 
 _Atomic uint64_t hz_prof_rate; /* mean bytes between samples; 0: off */
 static struct hz_prof_segment *_Atomic prof_seg;      /* NULL: nothing to update */
-/* Sampled blocks alive, each a mapping of its own: past HZ_PROF_MAX_LIVE (8 GiB of
- * live heap at the default rate) samples are counted as lost instead, so that the
- * profile never takes the process near vm.max_map_count (65530 by default). */
+/* Samples served by the large path alive, each a mapping of its own: past
+ * HZ_PROF_MAX_LIVE (8 GiB of live heap at the default rate) such samples are counted
+ * as lost instead, so that the profile never takes the process near
+ * vm.max_map_count (65530 by default).  Samples in pages need no such bound. */
 #define HZ_PROF_MAX_LIVE 16384
 static _Atomic uint32_t live_samples;
 #define SAMPLE_MAP ((size_t)64 << 10)
