@@ -14,8 +14,11 @@
  * /proc/PID/maps).  A fork child does not profile (it drops the mapping).
  *
  * Each trace counts the sampled blocks with that call stack, and those of them
- * freed: the difference is what is still live.  (Two counts that only grow, so that
- * a sample and its free each cost two atomic adds.)  An estimate of the real figures scales
+ * freed: the difference is what is still live.  It keeps these counts twice, and
+ * readers add the two up: once for the thread that made the trace (writer, its
+ * thread slot in the stats segment), which updates them without a locked
+ * instruction, and once for every other thread, with atomic adds.  (Counts that only
+ * grow, so that a sample and its free each touch two.)  An estimate of the real figures scales
  * each trace by 1 / (1 - exp(-avg / sample_rate)), avg being its average sampled
  * size (what pprof does for "heap_v2" profiles).  hzstat --heap reads it.
  *
@@ -29,7 +32,8 @@
  *  - The counts are updated with relaxed atomics, one at a time, without a seqlock:
  *    a snapshot may catch a block between its count and its bytes, or see a free
  *    before the allocation it ends (take a negative difference as 0).
- *  - Samples taken are the traces' alloc_count plus samples_lost.
+ *  - A trace's figures are counts[0] + counts[1].  Samples taken are the traces'
+ *    alloc_count plus samples_lost.
  *  - Frames are return addresses in the process's address space, innermost first,
  *    starting with the allocator's entry point (malloc, calloc, operator new...)
  *    or the hakozuna function below it; map them to files with /proc/PID/maps.
@@ -43,7 +47,7 @@
 
 /* Bytes "hakoprof" at offset 0. */
 #define HZ_PROF_MAGIC UINT64_C(0x666f72706f6b6168)
-#define HZ_PROF_LAYOUT_VERSION 2u
+#define HZ_PROF_LAYOUT_VERSION 3u
 
 /* Appended to the stats segment's name. */
 #define HZ_PROF_SUFFIX ".heap"
@@ -56,14 +60,18 @@
 #define HZ_PROF_MAX_FRAMES 32
 #define HZ_PROF_TRACES 4096
 
-struct hz_prof_trace {
-    uint64_t hash;               /* 0: free slot; 1: being written; else in use */
-    uint32_t depth;              /* frames[] in use */
-    uint32_t reserved;
+struct hz_prof_counts {
     uint64_t alloc_count;        /* sampled blocks with this stack, ever */
     uint64_t alloc_bytes;        /* their sizes as requested */
     uint64_t freed_count;        /* of those, the blocks freed */
     uint64_t freed_bytes;
+};
+
+struct hz_prof_trace {
+    uint64_t hash;               /* 0: free slot; 1: being written; else in use */
+    uint32_t depth;              /* frames[] in use */
+    uint32_t writer;             /* 1 + thread slot of the trace's maker; 0: none */
+    struct hz_prof_counts counts[2]; /* [0]: by the writer, [1]: by other threads */
     uint64_t frames[HZ_PROF_MAX_FRAMES]; /* return addresses, innermost first */
 };
 
@@ -88,7 +96,7 @@ struct hz_prof_segment {
 #define HZ_PROF_ASSERT_(c, m) _Static_assert(c, m)
 #endif
 HZ_PROF_ASSERT_(sizeof(struct hz_prof_segment) == 128, "profile header size");
-HZ_PROF_ASSERT_(sizeof(struct hz_prof_trace) == 48 + 8 * HZ_PROF_MAX_FRAMES, "trace size");
+HZ_PROF_ASSERT_(sizeof(struct hz_prof_trace) == 80 + 8 * HZ_PROF_MAX_FRAMES, "trace size");
 #undef HZ_PROF_ASSERT_
 
 #endif /* HAKOZUNA_PROF_H */

@@ -31,7 +31,8 @@
  * `sampling` flag makes any allocation it makes while sampling a plain one.
  *
  * The table of traces is lock-free (a slot is claimed with one compare-and-swap,
- * its counts are atomic adds), so a fork or a signal never finds it locked.  A fork
+ * its counts are plain stores by the thread that made the trace and atomic adds by
+ * the others), so a fork or a signal never finds it locked.  A fork
  * child drops the mapping and does not profile: the blocks it inherited stay valid
  * and free normally.
  */
@@ -68,15 +69,16 @@ static uint64_t rng_next(hz_heap_t *heap) { /* xorshift64* */
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* The exponential distribution as INTERVAL_STEPS quantiles of -ln(u), u uniform in
- * (0, 1]: quantile i (u in [i, i + 1) / STEPS) is drawn as the mean of -ln(u) * rate
- * over it, 1 + STEPS (a ln a - b ln b) for its ends a and b, so that the mean
- * interval is rate exactly and a draw is a table read.  Quantile 0 is the tail,
- * where -ln(u) is ln(STEPS) plus a new exponential draw (it has no memory).  Built
- * once, when profiling starts; the rate never changes after. */
-#define INTERVAL_BITS 10
-#define INTERVAL_STEPS (1u << INTERVAL_BITS)
-static uint64_t interval_of[INTERVAL_STEPS]; /* [0]: the tail's ln(STEPS) * rate */
+/* The exponential distribution, from one 64-bit draw x and a table that stays in
+ * cache: x = 2^(64-k) m with m in [1/2, 1), k its leading zeros, so that -ln(x / 2^64)
+ * = k ln 2 - ln m.  k ln 2 is a multiply; -ln m comes from a table of MANTISSA_STEPS
+ * bins of m, each holding the mean of -ln m over its bin (m is uniform there), so
+ * that the mean interval is rate exactly and a draw is one table read.  Built once,
+ * when profiling starts; the rate never changes after. */
+#define MANTISSA_BITS 6
+#define MANTISSA_STEPS (1u << MANTISSA_BITS)
+static uint64_t ln2_rate;                      /* rate ln 2 */
+static uint64_t mantissa_rate[MANTISSA_STEPS]; /* rate times the bin's mean of -ln m */
 
 /* ln(x) for x > 0 to double precision, without libm: x = m 2^e with m in [1, 2),
  * ln(m) = 2 atanh(t) with t = (m - 1) / (m + 1) < 1/3, a series that converges fast. */
@@ -93,29 +95,27 @@ static double ln(double x) {
 }
 
 void hz_prof_intervals(uint64_t rate) {
-    const double n = INTERVAL_STEPS;
-    interval_of[0] = (uint64_t)(ln(n) * (double)rate + 0.5);
-    double a_ln_a = (1.0 / n) * ln(1.0 / n);
-    for (unsigned i = 1; i < INTERVAL_STEPS; i++) {
-        double b = (i + 1) / n, b_ln_b = i + 1 == INTERVAL_STEPS ? 0.0 : b * ln(b);
-        double x = (1.0 + n * (a_ln_a - b_ln_b)) * (double)rate;
-        interval_of[i] = x < 1.0 ? 1 : (uint64_t)(x + 0.5);
-        a_ln_a = b_ln_b;
+    ln2_rate = (uint64_t)(0.6931471805599453 * (double)rate + 0.5);
+    /* The mean of -ln m over [a, b] is ((a ln a - a) - (b ln b - b)) / (b - a). */
+    const double width = 0.5 / MANTISSA_STEPS;
+    double f_a = 0.5 * ln(0.5) - 0.5; /* at a = 0.5, the first bin's start */
+    for (unsigned j = 0; j < MANTISSA_STEPS; j++) {
+        double b = 0.5 + (j + 1) * width, f_b = b * ln(b) - b;
+        mantissa_rate[j] = (uint64_t)((f_a - f_b) / width * (double)rate + 0.5);
+        f_a = f_b;
     }
 }
 
 static uint64_t next_interval(hz_heap_t *heap) {
-    uint64_t tail = 0;
-    for (;;) {
-        uint64_t i = rng_next(heap) >> (64 - INTERVAL_BITS); /* the generator's best bits */
-        if (hz_likely(i != 0)) return tail + interval_of[i];
-        tail += interval_of[0];
-    }
+    uint64_t x = rng_next(heap); /* never 0: the state is not, the multiplier is odd */
+    unsigned k = (unsigned)__builtin_clzll(x);
+    unsigned bin = (unsigned)((x << k) >> (63 - MANTISSA_BITS)) & (MANTISSA_STEPS - 1);
+    return k * ln2_rate + mantissa_rate[bin];
 }
 
 /* A heap's first look: its generator is seeded, and its first interval drawn. */
 static HZ_NOINLINE void sample_seed(hz_heap_t *heap) {
-    heap->sample_rng = ((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms() ^ 1;
+    heap->sample_rng = (((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms()) | 1;
     atomic_store_explicit(&heap->sample_left, next_interval(heap), memory_order_relaxed);
 }
 
@@ -158,7 +158,8 @@ static bool same_frames(const struct hz_prof_trace *t, void *const *frames, int 
 /* The slot of this stack's trace, claimed if new; capacity if the table is full.  A
  * slot another thread is filling is passed over, so a stack may get two traces
  * (readers add them up). */
-static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n) {
+static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n,
+                           uint32_t writer) {
     uint64_t h = trace_hash(frames, n);
     uint32_t cap = s->trace_capacity;
     for (uint32_t probe = 0; probe < cap; probe++) {
@@ -173,6 +174,7 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
                 continue;
             }
             t->depth = (uint32_t)n;
+            t->writer = writer;
             for (int k = 0; k < n; k++) t->frames[k] = (uint64_t)(uintptr_t)frames[k];
             atomic_store_explicit(th, h, memory_order_release);
             return i;
@@ -185,30 +187,68 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
 #define ADD(field, v) \
     atomic_fetch_add_explicit((_Atomic uint64_t *)&(field), (uint64_t)(v), memory_order_relaxed)
 
+/* A count only its writer updates: no locked instruction, and readers still see
+ * whole words.  (A signal handler that samples between the load and the store on the
+ * same thread loses one count; readers clamp a live count at 0.) */
+HZ_INLINE void bump(uint64_t *field, uint64_t v) {
+    _Atomic uint64_t *a = (_Atomic uint64_t *)field;
+    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+/* The heap's name in the traces it makes: 1 + its thread slot in the stats segment,
+ * which a heap keeps for its life and shares with no other heap, and a heap serves
+ * one thread at a time.  0 (no slot, or one being given) makes no trace its own. */
+HZ_INLINE uint32_t writer_of(const hz_heap_t *heap) {
+    uint32_t slot = __atomic_load_n(&heap->shm_slot, __ATOMIC_RELAXED);
+    return slot == UINT32_MAX ? 0 : slot;
+}
+
+/* A sample of size bytes, counted in t by heap (alloc) or freed (!alloc). */
+HZ_INLINE void count(struct hz_prof_trace *t, const hz_heap_t *heap, size_t size, bool alloc) {
+    uint32_t writer = writer_of(heap);
+    if (writer != 0 && t->writer == writer) {
+        struct hz_prof_counts *c = &t->counts[0];
+        bump(alloc ? &c->alloc_count : &c->freed_count, 1);
+        bump(alloc ? &c->alloc_bytes : &c->freed_bytes, size);
+    } else {
+        struct hz_prof_counts *c = &t->counts[1];
+        ADD(*(alloc ? &c->alloc_count : &c->freed_count), 1);
+        ADD(*(alloc ? &c->alloc_bytes : &c->freed_bytes), size);
+    }
+}
+
+/* The slot, in s's table, of the stack hz_unwind could not match with the heap's
+ * memo: n is what it returned, frames what it found.  Out of line, so that the
+ * common case (the memo holds) keeps a small frame. */
+_Static_assert(HZ_UNWIND_FRAMES >= HZ_PROF_MAX_FRAMES + 2, "a memo holds a walk");
+static HZ_NOINLINE uint32_t trace_walked(struct hz_prof_segment *s, hz_heap_t *heap,
+                                         void **frames, int n) {
+    int skip = 1; /* frames[0] is hz_unwind's caller, in here */
+    if (n < 0) {
+        int saved_errno = errno; /* backtrace() may set it: invisible */
+        heap->sampling = true;   /* and what it allocates is not sampled */
+        n = backtrace(frames, HZ_PROF_MAX_FRAMES + 2);
+        heap->sampling = false;
+        errno = saved_errno;
+        skip = 2; /* in here, then hz_unwind's caller */
+    }
+    return n > skip ? trace_slot(s, frames + skip, n - skip, writer_of(heap)) : s->trace_capacity;
+}
+
 /* The slot of the caller's stack in s's table (s->trace_capacity: in none), the
  * sample counted.  The heap's memo of its last walk spares a stack that repeats its
  * walk and its search of the table. */
 HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t size) {
     hz_unwind_memo_t *memo = &heap->stack_memo;
-    void *frames[HZ_PROF_MAX_FRAMES + 1];
-    heap->sampling = true; /* what backtrace() allocates is not sampled */
-    int n = hz_unwind(frames, HZ_PROF_MAX_FRAMES + 1, memo);
-    if (n != HZ_UNWIND_SAME) {
-        int saved_errno = errno; /* backtrace() may set it: invisible */
-        if (n < 0) n = backtrace(frames, HZ_PROF_MAX_FRAMES + 1);
-        errno = saved_errno;
-        /* frames[0] is the unwinder's caller, in here. */
-        memo->trace = n > 1 ? trace_slot(s, frames + 1, n - 1) : s->trace_capacity;
-    }
-    heap->sampling = false;
+    int n = hz_unwind(memo->frames, HZ_PROF_MAX_FRAMES + 1, memo);
+    if (n != HZ_UNWIND_SAME) memo->trace = trace_walked(s, heap, memo->frames, n);
     uint32_t slot = memo->trace;
-    if (slot >= s->trace_capacity) {
+    if (hz_unlikely(slot >= s->trace_capacity)) {
         ADD(s->samples_lost, 1);
         return s->trace_capacity;
     }
-    struct hz_prof_trace *t = trace_at(s, slot);
-    ADD(t->alloc_count, 1);
-    ADD(t->alloc_bytes, size);
+    count(trace_at(s, slot), heap, size, true);
     return slot;
 }
 
@@ -217,9 +257,7 @@ static void forget(uint32_t slot, size_t size) {
     struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
     if (s == NULL) return; /* a fork child's */
     if (slot >= s->trace_capacity) return; /* in no trace */
-    struct hz_prof_trace *t = trace_at(s, slot);
-    ADD(t->freed_count, 1);
-    ADD(t->freed_bytes, size);
+    count(trace_at(s, slot), hz_tls_heap, size, false);
 }
 
 /* A large sample that could not be served as one: counted as lost, allocated

@@ -284,6 +284,7 @@ enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_S
 /* The stack words a walk of the unwinder (unwind.c) read, so that the next walk from
  * the same place can check them instead of walking: each word's address and value. */
 #define HZ_UNWIND_READS 72
+#define HZ_UNWIND_FRAMES 34 /* a profile's frames (hakozuna_prof.h) and two of its own */
 typedef struct hz_unwind_memo {
     uint64_t thread;         /* the thread that walked (its TLS address); 0: none */
     uint64_t sp, fp;         /* where the walk began; fp only counts when fp_read */
@@ -293,6 +294,7 @@ typedef struct hz_unwind_memo {
     struct {
         uint64_t at, val;
     } read[HZ_UNWIND_READS];
+    void *frames[HZ_UNWIND_FRAMES]; /* room for a walk that does not match (prof.c) */
 } hz_unwind_memo_t;
 
 /* A heap starts with its counters, which end a page of their own (heap.c): with stats
@@ -329,8 +331,6 @@ typedef struct hz_heap {
     _Atomic int state;                  /* read by threads that free into this heap */
     int busy;                           /* owner inside a slow path (fork checks it) */
     bool forked;                        /* kept by a fork child's thread (heap.c) */
-    bool sampling;                      /* taking a heap-profile sample (prof.c) */
-    uint64_t sample_rng;                /* the sampler's xorshift state, 0 until seeded */
     size_t listed_dirty;                /* dirty_bytes counted while on the abandoned list */
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
@@ -344,7 +344,10 @@ typedef struct hz_heap {
     } inbox[HZ_INBOX_SHARDS];
     _Alignas(64) _Atomic(void *) loose;
     _Alignas(64) _Atomic(hz_batch_t *) returned;
-    /* Last: touched only by the heap profile. */
+    /* Last: touched only by the heap profile, the generator next to the memo's
+     * first words, which every sample reads too. */
+    uint64_t sample_rng;                /* the sampler's xorshift state, 0 until seeded */
+    bool sampling;                      /* taking a heap-profile sample (prof.c) */
     hz_unwind_memo_t stack_memo;
 } hz_heap_t;
 

@@ -41,31 +41,36 @@ static void open_profile(void) {
 
 static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
-/* The traces' counts summed: samples taken (with those in no trace) and freed. */
-static void sum_traces(uint64_t *taken, uint64_t *freed) {
+/* The traces' counts summed: samples taken (with those in no trace) and freed, and
+ * of those, the samples counted by the thread that made their trace (without a
+ * locked instruction) and the frees counted by other threads (with one). */
+struct sums {
+    uint64_t taken, freed, by_writer, freed_by_others;
+};
+
+static struct sums sum_traces(void) {
     const char *base = (const char *)seg + seg->header_size;
-    *taken = load(&seg->samples_lost);
-    *freed = 0;
+    struct sums s = {load(&seg->samples_lost), 0, 0, 0};
     for (uint32_t i = 0; i < seg->trace_capacity; i++) {
         const struct hz_prof_trace *t =
             (const struct hz_prof_trace *)(const void *)(base + (size_t)i * seg->trace_size);
         if (load(&t->hash) < 2) continue;
-        *freed += load(&t->freed_count);
-        *taken += load(&t->alloc_count);
+        for (int w = 0; w < 2; w++) {
+            s.freed += load(&t->counts[w].freed_count);
+            s.taken += load(&t->counts[w].alloc_count);
+        }
+        if (t->writer != 0) s.by_writer += load(&t->counts[0].alloc_count);
+        s.freed_by_others += load(&t->counts[1].freed_count);
     }
+    return s;
 }
 
-static uint64_t samples_taken(void) {
-    uint64_t taken, freed;
-    sum_traces(&taken, &freed);
-    return taken;
-}
+static uint64_t samples_taken(void) { return sum_traces().taken; }
 
 /* Sampled blocks in traces, not yet freed. */
 static int64_t live_samples(void) {
-    uint64_t taken, freed;
-    sum_traces(&taken, &freed);
-    return (int64_t)(taken - load(&seg->samples_lost) - freed);
+    struct sums s = sum_traces();
+    return (int64_t)(s.taken - load(&seg->samples_lost) - s.freed);
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
@@ -193,8 +198,15 @@ int main(int argc, char **argv) {
         memset(cross[i], 3, 16);
     }
     CHECK(live_samples() >= live0 + CROSS * 9 / 10, "the blocks for another thread were not sampled");
+    struct sums before = sum_traces();
+    CHECK(before.by_writer >= CROSS * 9 / 10,
+          "this thread's samples were not counted as its traces' writer's (%llu)",
+          (unsigned long long)before.by_writer);
     __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
+    uint64_t by_others = sum_traces().freed_by_others - before.freed_by_others;
+    CHECK(by_others >= CROSS * 9 / 10, "frees by another thread counted as the writer's: %llu",
+          (unsigned long long)by_others);
     CHECK(!exact || live_samples() == live0,
           "samples freed by another thread still live: %lld, was %lld",
           (long long)live_samples(), (long long)live0);

@@ -602,7 +602,7 @@ static void test_sample_intervals(void) {
     EXPECT(p_half > 0.3885 && p_half < 0.3985, "intervals: P(<= rate/2) %.4f, not 0.3935",
            p_half);
     EXPECT(p5 > 0.0060 && p5 < 0.0075, "intervals: P(> 5 rate) %.5f, not 0.00674", p5);
-    /* Beyond the table's last quantile (ln 1024 = 6.9 rates): the redrawn tail. */
+    /* The far tail: draws with 12 leading zeros and more. */
     EXPECT(p9 > 0.00008 && p9 < 0.00017, "intervals: P(> 9 rate) %.6f, not 0.000123", p9);
 }
 

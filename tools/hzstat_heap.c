@@ -251,10 +251,14 @@ static size_t collect_sites(const struct hz_prof_segment *h, struct proc_maps *p
         unsigned d = t->depth < HZ_PROF_MAX_FRAMES ? t->depth : HZ_PROF_MAX_FRAMES, k = 0;
         while (k + 1 < d && in_allocator(pm, t->frames[k])) k++;
         for (; k < d; k++) s.frames[s.depth++] = t->frames[k];
-        uint64_t freed_count = __atomic_load_n(&t->freed_count, __ATOMIC_RELAXED);
-        uint64_t freed_bytes = __atomic_load_n(&t->freed_bytes, __ATOMIC_RELAXED);
-        s.alloc_count = __atomic_load_n(&t->alloc_count, __ATOMIC_RELAXED);
-        s.alloc_bytes = __atomic_load_n(&t->alloc_bytes, __ATOMIC_RELAXED);
+        uint64_t freed_count = 0, freed_bytes = 0;
+        for (int w = 0; w < 2; w++) { /* the writer's counts and the other threads' */
+            const struct hz_prof_counts *c = &t->counts[w];
+            freed_count += __atomic_load_n(&c->freed_count, __ATOMIC_RELAXED);
+            freed_bytes += __atomic_load_n(&c->freed_bytes, __ATOMIC_RELAXED);
+            s.alloc_count += __atomic_load_n(&c->alloc_count, __ATOMIC_RELAXED);
+            s.alloc_bytes += __atomic_load_n(&c->alloc_bytes, __ATOMIC_RELAXED);
+        }
         /* A free may be seen before its allocation: no live count below 0. */
         s.live_count = s.alloc_count > freed_count ? s.alloc_count - freed_count : 0;
         s.live_bytes = s.alloc_bytes > freed_bytes ? s.alloc_bytes - freed_bytes : 0;
