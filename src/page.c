@@ -103,9 +103,13 @@ static uint32_t retire_stamp(void) { return (uint32_t)hz_os_now_ms() + 1; }
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     /* A page is made only when every page the class holds is full: a class with
      * pages has filled one, and gets a long page.  Its first is short, and so is any
-     * page that memory (a tight RLIMIT_AS) has no room for at full length. */
+     * page that memory (a tight RLIMIT_AS) has no room for at full length.  A class
+     * that gave its pages back is not new: its live blocks hover about zero, and a
+     * short page again would fill, be followed by a long one, and leave spans of two
+     * lengths to the segment at every wave. */
     hz_page_queue_t *q = &heap->queues[cls];
-    unsigned units = q->pages > 0 ? hz_class_units[cls] : hz_class_first_units[cls];
+    bool known = q->pages > 0 || q->retired_ms != 0;
+    unsigned units = known ? hz_class_units[cls] : hz_class_first_units[cls];
     hz_page_t *page = hz_span_alloc(heap, cls, units, hz_class_align_units[cls], false);
     /* Empty pages kept for reuse (keep_current) must not cost a new segment. */
     if (page == NULL && retire_kept(heap))

@@ -176,6 +176,17 @@ static void test_page_lengths(void) {
     if (fresh && next != NULL) EXPECT(next->units == hz_class_units[cls],
                                       "second page of class %u: %u units", cls, next->units);
     while (count > 0) hz_free(blocks[--count]);
+#if !HZ_DEBUG && !HZ_HARDENED /* their quarantines hold frees back */
+    /* A class that gave its pages back is no longer new: its next page is long. */
+    hz_heap_retire_empty(hz_tls_heap);
+    EXPECT(hz_tls_heap->queues[cls].pages == 0, "class %u kept %u pages", cls,
+           hz_tls_heap->queues[cls].pages);
+    char *p = hz_malloc(n);
+    hz_page_t *again = hz_page_of(hz_segment_of(p), CORE_BLOCK(p));
+    EXPECT(again->units == hz_class_units[cls], "class %u after its pages went: %u units",
+           cls, again->units);
+    hz_free(p);
+#endif
 }
 
 #if !HZ_DEBUG && !HZ_HARDENED
