@@ -414,5 +414,12 @@ HZ_INLINE void hz_shm_tick(void) {
     if (hz_unlikely(atomic_load_explicit(&hz_shm_on, memory_order_relaxed) != 0))
         hz_shm_tick_publish();
 }
+/* The same from a slow path so frequent that only one call in n looks (*calls counts
+ * them): publishing reads the clock, about 10 ns even for the coarse one. */
+HZ_INLINE void hz_shm_tick_one_in(uint8_t *calls, unsigned n) {
+    if (hz_unlikely(atomic_load_explicit(&hz_shm_on, memory_order_relaxed) != 0) &&
+        ++*calls % n == 0)
+        hz_shm_tick_publish();
+}
 
 #endif /* HZ_INTERNAL_H */

@@ -348,6 +348,7 @@ typedef struct hz_heap {
      * first words, which every sample reads too. */
     uint64_t sample_rng;                /* the sampler's xorshift state, 0 until seeded */
     bool sampling;                      /* taking a heap-profile sample (prof.c) */
+    uint8_t page_events;                /* hz_page_free_event's calls with stats on (page.c) */
     hz_unwind_memo_t stack_memo;
 } hz_heap_t;
 
