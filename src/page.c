@@ -208,12 +208,13 @@ static bool retire_kept(hz_heap_t *heap) {
     return any;
 }
 
-/* After a free dropped a page to zero used blocks, or a full page got enough back. */
 /* Pages empty and fill again often where a class holds a few blocks (2.8 % of the
  * frees of uniform 16-32768 B): with stats on, a publishing tick at each such event
  * cost 1 % of that loop, so one event in PAGE_EVENTS_PER_TICK ticks; the allocation
  * slow path ticks every time. */
 #define PAGE_EVENTS_PER_TICK 16
+
+/* After a free dropped a page to zero used blocks, or a full page got enough back. */
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     hz_shm_tick_one_in(&heap->page_events, PAGE_EVENTS_PER_TICK);
     bool was_full = !page->in_queue;

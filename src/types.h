@@ -344,8 +344,8 @@ typedef struct hz_heap {
     } inbox[HZ_INBOX_SHARDS];
     _Alignas(64) _Atomic(void *) loose;
     _Alignas(64) _Atomic(hz_batch_t *) returned;
-    /* Last: touched only by the heap profile, the generator next to the memo's
-     * first words, which every sample reads too. */
+    /* Last: the heap profile's, its generator next to the memo's first words, which
+     * every sample reads too (and in the padding, a slow path's count). */
     uint64_t sample_rng;                /* the sampler's xorshift state, 0 until seeded */
     bool sampling;                      /* taking a heap-profile sample (prof.c) */
     uint8_t page_events;                /* hz_page_free_event's calls with stats on (page.c) */
