@@ -30,6 +30,7 @@
 #include "internal.h"
 
 extern uint64_t hz_list_key HZ_HIDDEN;
+extern uint64_t hz_far_key HZ_HIDDEN;
 
 #if HZ_HARDENING
 extern const uintptr_t hz_list_end_word HZ_HIDDEN;
@@ -62,6 +63,19 @@ HZ_INLINE uintptr_t hz_link_rel(const void *block) {
 }
 HZ_INLINE void hz_link_clear(void *block) { (void)block; }
 #endif
+
+/* A page's links stay within its segment.  A block put on a list that crosses
+ * segments (an owner's loose list, a stash) also gets a mark in its second word
+ * (blocks are at least 16 bytes), so that the check of every block another thread
+ * frees (hz_block_on_list) can pass a block in use with two compares and follow no
+ * link.  The mark is only a filter: forged, it sends a block to the full check; a
+ * block handed out keeps it until written, and the full check decides. */
+HZ_INLINE void hz_far_mark(void *block) {
+    ((uintptr_t *)block)[1] = (uintptr_t)block ^ hz_far_key;
+}
+HZ_INLINE bool hz_far_marked(const void *block) {
+    return ((const uintptr_t *)block)[1] == ((uintptr_t)block ^ hz_far_key);
+}
 
 /* Next block after `block` on a list that may cross segments, unchecked. */
 HZ_INLINE void *hz_link_next(const void *block) {
@@ -117,13 +131,15 @@ HZ_INLINE size_t hz_block_room(const hz_page_t *page, const void *p) {
 /* A block freed twice or a list found broken: report and abort. */
 HZ_COLD __attribute__((noreturn)) void hz_report_double_free(const void *p, size_t bs) HZ_HIDDEN;
 HZ_COLD __attribute__((noreturn)) void hz_report_corrupt(const void *p, size_t bs) HZ_HIDDEN;
+/* Whether p's first word reads as a link of some list, followed (guard.c). */
+bool hz_block_linked(const void *p) HZ_HIDDEN;
 /* True when p's first word reads as a link of some list: p is already free.  Inline:
- * the owner asks it of every block another thread freed (remote.c, take_in). */
+ * the owner asks it of every block another thread freed (remote.c, take_in).  A
+ * block on a page's list links within its segment, one on another list is marked
+ * (hz_far_mark): a block in use is neither, and leaves after two compares. */
 HZ_INLINE bool hz_block_on_list(const void *p) {
-    const void *next = hz_link_next(p);
-    if (next == NULL || next == HZ_LIST_EMPTY) return true; /* last of a remote list, the stash */
-    if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
-    return hz_block_page(next) != NULL;
+    if (hz_likely(hz_link_rel(p) > HZ_SEGMENT_MASK) && hz_likely(!hz_far_marked(p))) return false;
+    return hz_block_linked(p);
 }
 /* A page about to be retired: every carved block must read as free, else reported. */
 void hz_page_verify_empty(const hz_page_t *page) HZ_HIDDEN;

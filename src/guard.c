@@ -12,6 +12,9 @@
 /* Until hz_guard_init draws the secret (no list exists before), a key that makes a
  * zero word decode as no link, as every key must. */
 uint64_t hz_list_key = ~(uint64_t)HZ_SEGMENT_MASK;
+/* The mark of blocks on lists that cross segments (freelist.h): drawn apart from the
+ * list key, so that a mark read from a block does not give the key. */
+uint64_t hz_far_key = 0x9e3779b97f4a7c15ULL;
 #if HZ_HARDENING
 const uintptr_t hz_list_end_word = 0;
 #endif
@@ -28,17 +31,29 @@ static uint64_t mix64(uint64_t x) { /* a bijective mixer (splitmix64's finaliser
  * the random bytes the kernel gives every process at exec when getrandom is
  * refused (old kernels, seccomp). */
 void hz_guard_init(void) {
-    uint64_t k = 0;
-    if (syscall(SYS_getrandom, &k, sizeof k, 1 /* GRND_NONBLOCK */) != (long)sizeof k) {
+    uint64_t k[2] = {0, 0};
+    if (syscall(SYS_getrandom, k, sizeof k, 1 /* GRND_NONBLOCK */) != (long)sizeof k) {
         const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM);
-        k = mix64((r != NULL ? r[0] ^ mix64(r[1]) : 0) ^ (uintptr_t)&k ^ hz_os_now_ms());
+        uint64_t r0 = r != NULL ? r[0] : 0, r1 = r != NULL ? r[1] : 0;
+        uint64_t salt = (uintptr_t)k ^ hz_os_now_ms();
+        /* each key mixes both halves its own way: one does not give the other */
+        k[0] = mix64(r0 ^ mix64(r1) ^ salt);
+        k[1] = mix64(r1 ^ mix64(r0 + 0x5851f42d4c957f2dULL) ^ ~salt);
     }
     /* A cleared link word (0) must never decode as a link within a segment. */
-    while ((k >> HZ_SEGMENT_SHIFT) == 0) k = mix64(k + 0x9e3779b97f4a7c15ULL);
-    hz_list_key = k;
+    while ((k[0] >> HZ_SEGMENT_SHIFT) == 0) k[0] = mix64(k[0] + 0x9e3779b97f4a7c15ULL);
+    hz_list_key = k[0];
+    hz_far_key = k[1];
 }
 
 /* ---------------------------------------------------------------- checks */
+bool hz_block_linked(const void *p) {
+    const void *next = hz_link_next(p);
+    if (next == NULL || next == HZ_LIST_EMPTY) return true; /* last of a loose list, a stash */
+    if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
+    return hz_block_page(next) != NULL;
+}
+
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
 #if HZ_STASH_BLOCKS
     /* The stash (a descriptor of no span) holds blocks of many segments. */

@@ -33,6 +33,7 @@ static void inbox_push(hz_heap_t *owner, const hz_heap_t *sender, hz_batch_t *ba
 
 /* One block from a thread that has no heap. */
 static void loose_push(hz_heap_t *owner, void *p) {
+    if (HZ_HARDENING) hz_far_mark(p);
     void *old = atomic_load_explicit(&owner->loose, memory_order_relaxed);
     do {
         hz_link_set(p, old);
@@ -93,13 +94,22 @@ static HZ_NOINLINE void outbox_append_slow(hz_heap_t *heap, hz_outbox_t *box, hz
     if (b->count >= HZ_REMOTE_BATCH) outbox_flush(heap, box);
 }
 
+HZ_INLINE hz_outbox_t *outbox_for(hz_heap_t *heap, const hz_heap_t *owner) {
+    return &heap->outbox[((uintptr_t)owner >> 12) & (HZ_OUTBOX_WAYS - 1)];
+}
+
+/* Whether box's batch takes one more of owner's blocks without being posted. */
+HZ_INLINE bool outbox_room(const hz_outbox_t *box, const hz_heap_t *owner) {
+    const hz_batch_t *b = box->batch;
+    return box->dest == owner && b != NULL && b->count < HZ_REMOTE_BATCH - 1;
+}
+
 /* Most remote frees only add an address to a batch: kept free of calls, so that
  * hz_free_remote saves no registers for them. */
 static inline void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
-    hz_outbox_t *box = &heap->outbox[((uintptr_t)owner >> 12) & (HZ_OUTBOX_WAYS - 1)];
-    hz_batch_t *b = box->batch;
-    if (hz_likely(box->dest == owner && b != NULL && b->count < HZ_REMOTE_BATCH - 1)) {
-        b->blocks[b->count++] = p;
+    hz_outbox_t *box = outbox_for(heap, owner);
+    if (hz_likely(outbox_room(box, owner))) {
+        box->batch->blocks[box->batch->count++] = p;
         return;
     }
     outbox_append_slow(heap, box, owner, p);
@@ -146,16 +156,23 @@ HZ_INLINE hz_page_t *sender_check(void **pp) {
     return page;
 }
 
-/* Into the outbox (or, with a stash, kept); page is p's, read by the sender only
- * where SENDER_READS_PAGE. */
-static inline void remote_batch(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
+/* A remote free, counted by the sender. */
+HZ_INLINE void count_sent(hz_heap_t *heap, const void *p, const hz_page_t *page) {
     hz_stat_inc(heap->stats.remote_sent);
 #if SENDER_READS_PAGE
     hz_stat_inc(heap->stats.frees[page->cls]);
-    if (hz_stash_keep(heap, page, p)) return;
 #else
     (void)page;
     hz_stat_inc(heap->stats.frees[hz_segment_of(p)->unit_class[hz_unit_of(p)]]);
+#endif
+}
+
+/* Into the outbox (or, with a stash, kept); page is p's, read by the sender only
+ * where SENDER_READS_PAGE. */
+static inline void remote_batch(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
+    count_sent(heap, p, page);
+#if SENDER_READS_PAGE
+    if (hz_stash_keep(heap, page, p)) return;
 #endif
     outbox_append(heap, owner, p);
 }
@@ -179,7 +196,17 @@ static HZ_COLD void free_remote_unbatched(hz_heap_t *heap, hz_heap_t *owner, voi
 
 /* A free for another heap once the sender did its checks (page: p's, or NULL). */
 HZ_INLINE void free_remote_send(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
-    if (hz_unlikely(heap == &hz_empty_heap || heap == NULL || heap == &hz_exiting_heap)) {
+#if !SENDER_READS_PAGE
+    /* The heaps that threads without one of their own share never get a batch, so
+     * none of their outboxes has room: the common free needs no other test. */
+    hz_outbox_t *box = outbox_for(heap, owner);
+    if (hz_likely(outbox_room(box, owner))) {
+        count_sent(heap, p, page);
+        box->batch->blocks[box->batch->count++] = p;
+        return;
+    }
+#endif
+    if (hz_unlikely(heap == &hz_empty_heap || heap == &hz_exiting_heap)) {
         free_remote_unbatched(heap, owner, p, page);
         return;
     }
@@ -219,7 +246,7 @@ bool hz_inbox_pending(hz_heap_t *heap) {
  * came from another thread's memory.  A block of a batch was not written by its
  * sender, so one that reads as linked is already on a list: freed twice (by two
  * threads, or by one before and one after its owner took it in). */
-static void take_in(hz_heap_t *heap, void *p, bool batched) {
+HZ_INLINE void take_in(hz_heap_t *heap, void *p, bool batched) {
     /* A small segment's map entry is its owner: one compare puts p in one of this
      * heap's segments, whose unit map then gives its page. */
     if (HZ_HARDENING && hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap) hz_report_corrupt(p, 0);

@@ -35,6 +35,7 @@ bool hz_stash_keep(hz_heap_t *heap, const hz_page_t *page, void *p) {
     hz_stash_t *st = &heap->stash[page->cls];
     if (stash_count(st) >= HZ_STASH_BLOCKS) return false;
     hz_link_set(p, st->list.free);
+    if (HZ_HARDENING) hz_far_mark(p);
     st->list.free = p;
     st->held++;
     return true;
