@@ -98,20 +98,20 @@ HZ_INLINE hz_outbox_t *outbox_for(hz_heap_t *heap, const hz_heap_t *owner) {
     return &heap->outbox[((uintptr_t)owner >> 12) & (HZ_OUTBOX_WAYS - 1)];
 }
 
-/* Whether box's batch takes one more of owner's blocks without being posted. */
-HZ_INLINE bool outbox_room(const hz_outbox_t *box, const hz_heap_t *owner) {
-    const hz_batch_t *b = box->batch;
-    return box->dest == owner && b != NULL && b->count < HZ_REMOTE_BATCH - 1;
+/* Add p, owner's block, to box's open batch if that takes it without being posted;
+ * false otherwise (no batch, another owner's, or p would fill it). */
+HZ_INLINE bool outbox_add(hz_outbox_t *box, const hz_heap_t *owner, void *p) {
+    hz_batch_t *b = box->batch;
+    if (box->dest != owner || b == NULL || b->count >= HZ_REMOTE_BATCH - 1) return false;
+    b->blocks[b->count++] = p;
+    return true;
 }
 
 /* Most remote frees only add an address to a batch: kept free of calls, so that
  * hz_free_remote saves no registers for them. */
 static inline void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
     hz_outbox_t *box = outbox_for(heap, owner);
-    if (hz_likely(outbox_room(box, owner))) {
-        box->batch->blocks[box->batch->count++] = p;
-        return;
-    }
+    if (hz_likely(outbox_add(box, owner, p))) return;
     outbox_append_slow(heap, box, owner, p);
 }
 
@@ -198,11 +198,9 @@ static HZ_COLD void free_remote_unbatched(hz_heap_t *heap, hz_heap_t *owner, voi
 HZ_INLINE void free_remote_send(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
 #if !SENDER_READS_PAGE
     /* The heaps that threads without one of their own share never get a batch, so
-     * none of their outboxes has room: the common free needs no other test. */
-    hz_outbox_t *box = outbox_for(heap, owner);
-    if (hz_likely(outbox_room(box, owner))) {
+     * none of their outboxes takes a block: the common free needs no other test. */
+    if (hz_likely(outbox_add(outbox_for(heap, owner), owner, p))) {
         count_sent(heap, p, page);
-        box->batch->blocks[box->batch->count++] = p;
         return;
     }
 #endif
