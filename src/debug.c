@@ -425,7 +425,9 @@ static void quarantine_release(char *b) {
     if (at == HEADER) at = HEADER + first_diff((unsigned char *)b + HEADER, checked, POISON_BYTE);
     if (at != HEADER + checked) report_uaf(b, at, bs);
     atomic_fetch_sub_explicit(&quarantine_bytes, bs, memory_order_relaxed);
-    VG_NOACCESS(b + 8, bs - 8);
+    /* The header's two words stay readable: the block's link, and the word that the
+     * owner of a block freed by another thread reads for a mark (freelist.h). */
+    VG_NOACCESS(b + HEADER, bs - HEADER);
     VG_QUIET();
     hz_free_fast(b);
     VG_LOUD();
