@@ -100,6 +100,10 @@ HZ_INLINE hz_page_t *hz_block_page(const void *p) {
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
     return hz_block_rank(page, p) < hz_page_end_rank(page) ? page : NULL;
 }
+/* Whether next, the link of a block on a list that crosses segments (the stash, a
+ * loose list), is that list's end or the start of a carved block: a link that leaves
+ * the segment is followed only after this. */
+bool hz_far_next_valid(const void *next) HZ_HIDDEN;
 /* A link of a page's list that is not within the segment: the stash's next block
  * (checked) or a corrupted list (reported).  Returns next ^ block. */
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) HZ_HIDDEN;

@@ -47,18 +47,20 @@ void hz_guard_init(void) {
 }
 
 /* ---------------------------------------------------------------- checks */
+bool hz_far_next_valid(const void *next) {
+    return next == HZ_LIST_EMPTY || hz_block_page(next) != NULL;
+}
+
 bool hz_block_linked(const void *p) {
     const void *next = hz_link_next(p);
-    if (next == NULL || next == HZ_LIST_EMPTY) return true; /* last of a loose list, a stash */
-    if (hz_list_end(next)) return hz_segment_of(next) == hz_segment_of(p);
-    return hz_block_page(next) != NULL;
+    if (next == NULL || hz_far_next_valid(next)) return true; /* a loose list, a stash */
+    return hz_list_end(next) && hz_segment_of(next) == hz_segment_of(p); /* a page's end */
 }
 
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) {
 #if HZ_STASH_BLOCKS
     /* The stash (a descriptor of no span) holds blocks of many segments. */
-    const void *next = (const void *)(rel ^ (uintptr_t)block);
-    if (page->units == 0 && (next == HZ_LIST_EMPTY || hz_block_page(next) != NULL)) return rel;
+    if (page->units == 0 && hz_far_next_valid((const void *)(rel ^ (uintptr_t)block))) return rel;
 #endif
     hz_report_corrupt(block, page->block_size);
 }

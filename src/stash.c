@@ -58,7 +58,7 @@ void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
     void *p = st->list.free;
     if (hz_list_end(p)) return NULL;
     void *next = hz_link_next(p); /* the list crosses segments: check the block in full */
-    if (HZ_HARDENING && !hz_list_end(next) && hz_block_page(next) == NULL) hz_report_corrupt(p, 0);
+    if (HZ_HARDENING && !hz_far_next_valid(next)) hz_report_corrupt(p, 0);
     st->list.free = next;
     stash_count(st);
     st->held--;
