@@ -189,7 +189,7 @@ static bool keep_current(const hz_heap_t *heap, const hz_page_t *page) {
     if (heap->current[page->cls] != page || page->units > KEEP_CYCLING_UNITS) return false;
     if (page->units <= KEEP_ALWAYS_UNITS) return true;
     uint32_t at = heap->queues[page->cls].retired_ms;
-    return at != 0 && retire_stamp() - at < HZ_PURGE_DELAY_MS;
+    return at != 0 && retire_stamp() - at < hz_purge_delay_ms;
 }
 
 /* Retire the empty current pages that keep_current kept beyond KEEP_ALWAYS_UNITS;

@@ -102,7 +102,7 @@ HZ_INLINE hz_outbox_t *outbox_for(hz_heap_t *heap, const hz_heap_t *owner) {
  * false otherwise (no batch, another owner's, or p would fill it). */
 HZ_INLINE bool outbox_add(hz_outbox_t *box, const hz_heap_t *owner, void *p) {
     hz_batch_t *b = box->batch;
-    if (box->dest != owner || b == NULL || b->count >= HZ_REMOTE_BATCH - 1) return false;
+    if (box->dest != owner || b == NULL || b->count + 1 >= HZ_REMOTE_BATCH) return false;
     b->blocks[b->count++] = p;
     return true;
 }

@@ -115,7 +115,7 @@ void hz_segmap_set_owner(const void *seg, const hz_heap_t *owner) {
 
 /* --------------------------------------------------------------- segments */
 static hz_lock_t cache_lock;
-static hz_segment_t *cache[HZ_SEGMENT_CACHE];
+static hz_segment_t *cache[HZ_SEGMENT_CACHE + 1]; /* + 1: a cache of none still compiles */
 static unsigned cache_count;
 
 hz_lock_t *hz_segment_cache_lock(void) { return &cache_lock; }
@@ -203,8 +203,8 @@ static size_t segment_committed_bytes(const hz_segment_t *seg) {
 /* Start a new window of what the heap needs (hz_heap_purge) once the current one is
  * HZ_PURGE_DELAY_MS old; after a longer gap, the previous one counts as empty. */
 static void need_roll(hz_heap_t *heap, uint64_t now) {
-    if (now < heap->window_ms + HZ_PURGE_DELAY_MS) return;
-    bool gap = now - heap->window_ms >= (uint64_t)2 * HZ_PURGE_DELAY_MS; /* a whole window went by */
+    if (now < heap->window_ms + hz_purge_delay_ms) return;
+    bool gap = now - heap->window_ms >= 2 * hz_purge_delay_ms; /* a whole window went by */
     heap->used_peak[1] = gap ? heap->used_bytes : heap->used_peak[0];
     heap->reused[1] = gap ? 0 : heap->reused[0];
     heap->used_peak[0] = heap->used_bytes;
@@ -335,7 +335,7 @@ static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
     heap->dirty_bytes -= purged < heap->dirty_bytes ? purged : heap->dirty_bytes;
     seg->heap = NULL;
     if (hz_lock_acquire(&cache_lock)) {
-        if (cache_count < HZ_SEGMENT_CACHE) {
+        if (cache_count < hz_segment_cache_slots) {
             cache[cache_count++] = seg;
             seg = NULL;
         }
@@ -345,7 +345,7 @@ static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
 }
 
 bool hz_segment_cache_trim(void) {
-    hz_segment_t *drop[HZ_SEGMENT_CACHE];
+    hz_segment_t *drop[HZ_SEGMENT_CACHE + 1];
     if (!hz_lock_acquire(&cache_lock)) return false;
     unsigned n = cache_count;
     for (unsigned i = 0; i < n; i++) drop[i] = cache[i];

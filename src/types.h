@@ -44,6 +44,10 @@
 #ifndef HZ_SEGMENT_CACHE
 #define HZ_SEGMENT_CACHE 8
 #endif
+/* The knobs that may be set to 0, as values: against a literal 0 a test reads to the
+ * compiler as always true or always false (-Wtype-limits), which -Werror refuses. */
+static const uint64_t hz_purge_delay_ms = HZ_PURGE_DELAY_MS;
+static const unsigned hz_segment_cache_slots = HZ_SEGMENT_CACHE;
 /* Ask for transparent huge pages on segments (0 = leave the system default). */
 #ifndef HZ_THP
 #define HZ_THP 0

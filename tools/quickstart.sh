@@ -129,6 +129,8 @@ if ! make -j"$jobs" check; then
 fi
 echo "== instructions per malloc+free pair against bench/instructions.ref (callgrind)"
 make check-instructions
+echo "== every ./configure knob at both ends of its range builds warning-free"
+make check-knobs
 echo "== sanitizer builds (ThreadSanitizer, UBSan)"
 make check-sanitizers
 echo "== static analysis (cppcheck, clang-tidy)"
