@@ -70,7 +70,7 @@ HZ_INLINE void *sampled(hz_heap_t *heap, size_t size, size_t alignment, bool *ze
 #if HZ_SAMPLE_IN_PAGE
     if (alignment == 0 && size <= HZ_MEDIUM_MAX - HZ_SAMPLE_MARK) {
         void *block = class_block(heap, hz_size_class(size + HZ_SAMPLE_MARK), zero);
-        return block != NULL ? hz_prof_mark(block, size) : NULL;
+        return block != NULL ? hz_prof_mark(heap, block, size) : NULL;
     }
 #endif
     (void)heap;
@@ -130,7 +130,7 @@ void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
 #if HZ_HARDENING
 /* Behind hz_free_fast: p, in a page of the caller's heap, starts no block. */
 void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) {
-    hz_free_block(heap, page, hz_prof_unmark(page, p));
+    hz_free_block(heap, page, hz_prof_unmark(heap, page, p));
 }
 #endif
 

@@ -117,7 +117,7 @@ HZ_COLD __attribute__((noreturn)) void hz_free_invalid(const hz_page_t *page, co
 HZ_INLINE hz_page_t *hz_freed_block_page(void **p) {
     hz_page_t *page = hz_page_of(hz_segment_of(*p), *p);
 #if HZ_HARDENING
-    if (hz_unlikely(!hz_block_carved(page, *p))) *p = hz_prof_unmark(page, *p);
+    if (hz_unlikely(!hz_block_carved(page, *p))) *p = hz_prof_unmark(hz_tls_heap, page, *p);
 #endif
     return page;
 }

@@ -328,7 +328,7 @@ void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel
 void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) HZ_HIDDEN;
 /* Behind hz_free_fast: p, in a page of the caller's heap, starts no block: a
  * heap-profile sample's pointer (prof.c), or reported. */
-HZ_COLD void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
+void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;
 void *hz_realloc_foreign(void *p, size_t size, void *(*alloc)(size_t)) HZ_HIDDEN;
@@ -373,12 +373,14 @@ void hz_prof_release(hz_large_t *h) HZ_HIDDEN;
 /* block, just allocated from a page with room for size + HZ_SAMPLE_MARK bytes,
  * becomes a sample of size bytes: its stack is recorded, its mark written; returns
  * the pointer to hand out, past the mark. */
-void *hz_prof_mark(void *block, size_t size) HZ_HIDDEN;
+void *hz_prof_mark(hz_heap_t *heap, void *block, size_t size) HZ_HIDDEN;
 /* The block of page whose sample p is (p handed out past its mark), or NULL. */
 void *hz_prof_block(const hz_page_t *page, const void *p) HZ_HIDDEN;
 /* p, of page, is not a block start: if it is a sample's, that sample leaves the
- * profile and its block is returned, to be freed; anything else is reported. */
-HZ_COLD void *hz_prof_unmark(const hz_page_t *page, void *p) HZ_HIDDEN;
+ * profile (heap: the freeing thread's) and its block is returned, to be freed;
+ * anything else is reported.  Not cold: with the profile on, one free in a few
+ * dozen comes here. */
+void *hz_prof_unmark(const hz_heap_t *heap, const hz_page_t *page, void *p) HZ_HIDDEN;
 void *hz_alloc_sampled(size_t size) HZ_HIDDEN;
 /* The return addresses of the caller's stack, as backtrace() gives them, from the
  * unwind tables (unwind.c); -1 when a frame needs libgcc's unwinder; HZ_UNWIND_SAME

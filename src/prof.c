@@ -252,12 +252,12 @@ HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t
     return slot;
 }
 
-/* A sample leaves the profile. */
-static void forget(uint32_t slot, size_t size) {
+/* A sample leaves the profile; heap is the freeing thread's. */
+HZ_INLINE void forget(const hz_heap_t *heap, uint32_t slot, size_t size) {
     struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
     if (s == NULL) return; /* a fork child's */
     if (slot >= s->trace_capacity) return; /* in no trace */
-    count(trace_at(s, slot), hz_tls_heap, size, false);
+    count(trace_at(s, slot), heap, size, false);
 }
 
 /* A large sample that could not be served as one: counted as lost, allocated
@@ -293,7 +293,7 @@ void hz_prof_release(hz_large_t *h) {
     h->sample = 0;
     if (atomic_load_explicit(&prof_seg, memory_order_relaxed) != NULL)
         atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-    forget(slot, h->sample_size);
+    forget(hz_tls_heap, slot, h->sample_size);
 }
 
 /* ------------------------------------------------------------ samples in pages
@@ -307,32 +307,34 @@ void hz_prof_release(hz_large_t *h) {
  * second free of the sample's pointer is reported as a bad pointer. */
 static uint64_t mark_tag(uint64_t info) { return (info * 0x9E3779B97F4A7C15ULL) | 1; }
 
-void *hz_prof_mark(void *block, size_t size) {
+void *hz_prof_mark(hz_heap_t *heap, void *block, size_t size) {
     struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
     uint64_t *w = block;
-    uint32_t slot = s != NULL ? take_trace(s, hz_tls_heap, size) : HZ_PROF_TRACES;
+    uint32_t slot = s != NULL ? take_trace(s, heap, size) : HZ_PROF_TRACES;
     uint64_t info = (uint64_t)slot << 32 | (uint32_t)size;
     w[1] = info;
     w[0] = hz_list_key ^ (uint64_t)(uintptr_t)block ^ mark_tag(info);
     return (char *)block + HZ_SAMPLE_MARK;
 }
 
-void *hz_prof_block(const hz_page_t *page, const void *p) {
+HZ_INLINE uint64_t *sample_block(const hz_page_t *page, const void *p) {
 #if HZ_SAMPLE_IN_PAGE
-    const uint64_t *w = (const uint64_t *)(const void *)((const char *)p - HZ_SAMPLE_MARK);
+    uint64_t *w = (uint64_t *)(uintptr_t)((const char *)p - HZ_SAMPLE_MARK);
     if (!hz_block_carved(page, w)) return NULL;
     if ((w[0] ^ hz_list_key ^ (uint64_t)(uintptr_t)w) != mark_tag(w[1])) return NULL;
-    return (void *)(uintptr_t)w;
+    return w;
 #else
     (void)page, (void)p;
     return NULL;
 #endif
 }
 
-void *hz_prof_unmark(const hz_page_t *page, void *p) {
-    uint64_t *w = hz_prof_block(page, p);
+void *hz_prof_block(const hz_page_t *page, const void *p) { return sample_block(page, p); }
+
+void *hz_prof_unmark(const hz_heap_t *heap, const hz_page_t *page, void *p) {
+    uint64_t *w = sample_block(page, p);
     if (w == NULL) hz_free_invalid(page, p);
-    forget((uint32_t)(w[1] >> 32), (uint32_t)w[1]);
+    forget(heap, (uint32_t)(w[1] >> 32), (uint32_t)w[1]);
     return w;
 }
 

@@ -147,7 +147,7 @@ HZ_INLINE hz_page_t *sender_check(void **pp) {
     /* Against `reserved`, which only the page's creation writes: the owner checks
      * against the blocks carved so far when it takes the block in. */
     if (hz_unlikely(hz_block_rank(page, p) >= hz_page_end_rank(page)))
-        *pp = p = hz_prof_unmark(page, p);
+        *pp = p = hz_prof_unmark(hz_tls_heap, page, p);
     if (hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
 #endif
 #if HZ_HARDENED
