@@ -1,14 +1,16 @@
-/* alloc.c - the slow sides of malloc and free, calloc, realloc, usable size, trim,
- * and the exported hz_* interface. */
+/* alloc.c - the slow sides of malloc and free, calloc, realloc, usable size, trim. */
 #include <errno.h>
 
 #include "entry.h"
-#include "hakozuna.h"
 
-/* The allocation slow path proper, marked busy for fork (init.c); heaps nobody owns
- * get their upkeep from here when it is due. */
+/* The allocation slow path proper, marked busy for fork (init.c): the blocks other
+ * threads freed into the heap come back first, then a page with a free block is
+ * found or made.  Heaps nobody owns get their upkeep from here when it is due. */
 static hz_page_t *page_refill(hz_heap_t *heap, unsigned cls) {
     heap->busy++;
+    hz_stat_inc(heap->stats.refills);
+    hz_shm_tick();
+    if (hz_inbox_pending(heap)) hz_heap_collect(heap);
     hz_page_t *page = hz_page_ready(heap, cls);
     heap->busy--;
     hz_upkeep_tick();
@@ -121,6 +123,7 @@ void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
     if (p == NULL) return;
     hz_large_t *h = hz_large_header(p);
     if (h != NULL) {
+        if (h->sample != 0) hz_prof_release(h);
         hz_large_free(h);
         return;
     }
@@ -276,20 +279,4 @@ int hz_trim_impl(void) {
     dropped |= hz_large_cache_trim();
     uint64_t after = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
     return dropped || after > before;
-}
-
-/* ------------------------------------------------------------ hz_* API */
-HZ_API void *hz_malloc(size_t size) { return hz_entry_malloc(size); }
-HZ_API void hz_free(void *p) { hz_entry_free(p); }
-HZ_API void *hz_calloc(size_t count, size_t size) { return hz_entry_calloc(count, size); }
-HZ_API void *hz_realloc(void *p, size_t size) { return hz_entry_realloc(p, size); }
-HZ_API size_t hz_usable_size(const void *p) { return hz_entry_usable(p); }
-HZ_API int hz_trim(void) { return hz_trim_impl(); }
-
-HZ_API void *hz_aligned_alloc(size_t alignment, size_t size) {
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-        errno = EINVAL;
-        return NULL;
-    }
-    return hz_entry_aligned(alignment, size);
 }

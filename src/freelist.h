@@ -150,12 +150,12 @@ void hz_page_verify_empty(const hz_page_t *page) HZ_HIDDEN;
 /* Whether the page's list holds every carved block once (a fork child's check). */
 bool hz_page_list_whole(const hz_page_t *page) HZ_HIDDEN;
 #if HZ_HARDENED
-/* The hardened variant's free of a block of the caller's heap. */
-void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
-/* Give every quarantined block back to its page (thread exit, trim). */
-void hz_quarantine_flush(hz_heap_t *heap) HZ_HIDDEN;
 /* The next number of the heap's generator for allocation order. */
 uint64_t hz_heap_random(hz_heap_t *heap) HZ_HIDDEN;
+/* The hardened variant's free of a block of the caller's heap (page.c). */
+void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
+/* Give every quarantined block back to its page (thread exit, trim; page.c). */
+void hz_quarantine_flush(hz_heap_t *heap) HZ_HIDDEN;
 #endif
 
 #endif /* HZ_FREELIST_H */

@@ -103,45 +103,10 @@ bool hz_page_list_whole(const hz_page_t *page) {
 
 /* ------------------------------------------------------ hardened variant */
 #if HZ_HARDENED
-/* Bytes of a freed block checked for writes when it leaves the quarantine. */
-#define QUARANTINE_CHECK 256
-
 uint64_t hz_heap_random(hz_heap_t *heap) {
     if (heap->rng == 0) heap->rng = hz_list_key ^ (uintptr_t)heap;
     heap->rng += 0x9e3779b97f4a7c15ULL;
     return mix64(heap->rng);
-}
-
-/* A quarantined block links to the end of a list (so a second free of it is seen)
- * and is zero after that word; anything else was written after free. */
-static void quarantine_release(hz_heap_t *heap, void *p) {
-    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-    const uint64_t *w = p;
-    size_t n = page->block_size < QUARANTINE_CHECK ? page->block_size : QUARANTINE_CHECK;
-    uint64_t acc = hz_link_rel(p) ^ ((uintptr_t)p & HZ_SEGMENT_MASK);
-    for (size_t i = 1; i < n / 8; i++) acc |= w[i];
-    if (acc != 0) hz_report_corrupt(p, page->block_size);
-    hz_page_push(heap, page, p);
-}
-
-/* p was checked to start a block (hz_freed_block_page). */
-void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
-    if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
-    hz_stat_inc(heap->stats.frees[page->cls]);
-    memset(p, 0, page->block_size);
-    hz_link_set(p, hz_segment_of(p));
-    uint32_t i = heap->quarantine_next++ % HZ_QUARANTINE;
-    void *old = heap->quarantine[i];
-    heap->quarantine[i] = p;
-    if (old != NULL) quarantine_release(heap, old);
-}
-
-void hz_quarantine_flush(hz_heap_t *heap) {
-    for (uint32_t i = 0; i < HZ_QUARANTINE; i++) {
-        void *p = heap->quarantine[i];
-        heap->quarantine[i] = NULL;
-        if (p != NULL) quarantine_release(heap, p);
-    }
 }
 #endif
 

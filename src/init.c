@@ -102,34 +102,6 @@ static void thread_done(void *arg) {
     hz_shm_tick();
 }
 
-/* ---------------------------------------------------------------- locks
- * A thread's token is the address of its heap pointer: unique among live threads,
- * the same in a fork child, readable in a signal handler, and 8-byte aligned, which
- * leaves bit 0 for HZ_LOCK_FORK. */
-static uintptr_t thread_token(void) { return (uintptr_t)&hz_tls_heap; }
-
-bool hz_lock_acquire(hz_lock_t *l) {
-    uintptr_t me = thread_token();
-    uintptr_t h = atomic_load_explicit(&l->holder, memory_order_relaxed);
-    if ((h & ~HZ_LOCK_FORK) == me) return (h & HZ_LOCK_FORK) != 0;
-    for (unsigned spins = 0;; spins++) {
-        uintptr_t expect = 0;
-        if (atomic_compare_exchange_weak_explicit(&l->holder, &expect, me, memory_order_acquire,
-                                                  memory_order_relaxed))
-            return true;
-        while (atomic_load_explicit(&l->holder, memory_order_relaxed) != 0) {
-            if (++spins > 64) hz_os_yield(); /* a 2-core box must let the holder run */
-        }
-    }
-}
-
-/* Never waits, and fails for a lock this thread holds in any way. */
-bool hz_lock_try(hz_lock_t *l) {
-    uintptr_t expect = 0;
-    return atomic_compare_exchange_strong_explicit(&l->holder, &expect, thread_token(),
-                                                   memory_order_acquire, memory_order_relaxed);
-}
-
 /* ----------------------------------------------------------------- fork
  * Our prepare handler takes every global lock, in the order code nests them, marked
  * as held across fork; parent and child handlers give them back.  Whichever order the
@@ -165,7 +137,7 @@ static const struct {
 #define FORK_WAIT_MS 20u
 
 static void fork_take(hz_lock_t *l, bool bounded) {
-    uintptr_t mine = thread_token() | HZ_LOCK_FORK;
+    uintptr_t mine = hz_lock_token() | HZ_LOCK_FORK;
     uint64_t give_up_ms = 0;
     for (unsigned spins = 0;; spins++) {
         uintptr_t expect = 0;
@@ -184,11 +156,11 @@ static void fork_take(hz_lock_t *l, bool bounded) {
 
 static bool fork_took(unsigned i) {
     return atomic_load_explicit(&fork_locks[i].lock()->holder, memory_order_relaxed) ==
-           (thread_token() | HZ_LOCK_FORK);
+           (hz_lock_token() | HZ_LOCK_FORK);
 }
 
 static void fork_prepare(void) {
-    uintptr_t me = thread_token();
+    uintptr_t me = hz_lock_token();
     unsigned below = 0; /* locks before the last one this thread holds */
     for (unsigned i = 0; i < FORK_LOCKS; i++)
         if (atomic_load_explicit(&fork_locks[i].lock()->holder, memory_order_relaxed) == me)

@@ -87,9 +87,8 @@ void hz_line_hex(hz_line_t *l, uintptr_t v) HZ_HIDDEN; /* 0x... */
 const char *hz_line_end(hz_line_t *l) HZ_HIDDEN;
 
 /* ---------------------------------------------------------------- locks
- * Spin locks that know their holder (a thread's token, the address of its heap
- * pointer; bit 0 set while held across fork), so that a thread never waits for
- * itself (init.c):
+ * Spin locks that know their holder (a thread's token, os.c; bit 0 set while held
+ * across fork), so that a thread never waits for itself (fork: init.c):
  * - inside fork, between our prepare and parent/child handlers, the forking thread
  *   holds every lock, and its own acquisitions (atfork handlers that allocate) pass
  *   through;
@@ -97,6 +96,8 @@ const char *hz_line_end(hz_line_t *l) HZ_HIDDEN;
  *   gets false, and must do without what the lock protects. */
 typedef struct { _Atomic uintptr_t holder; } hz_lock_t;
 #define HZ_LOCK_FORK ((uintptr_t)1)
+/* This thread's token in a lock's holder word (os.c, where the locks live). */
+uintptr_t hz_lock_token(void) HZ_HIDDEN;
 bool hz_lock_acquire(hz_lock_t *l) __attribute__((warn_unused_result)) HZ_HIDDEN;
 bool hz_lock_try(hz_lock_t *l) __attribute__((warn_unused_result)) HZ_HIDDEN;
 static inline void hz_lock_release(hz_lock_t *l) {
@@ -249,6 +250,8 @@ void hz_heap_release_segments(hz_heap_t *heap, bool keep_one) HZ_HIDDEN;
 bool hz_segment_cache_trim(void) HZ_HIDDEN;
 
 /* ------------------------------------------------------------------ pages */
+/* A page of class cls with a free block, made current (NULL: no memory).  The caller
+ * (alloc.c) collects the heap's remote frees first. */
 hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) HZ_HIDDEN;
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;
@@ -285,6 +288,8 @@ static inline void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
 /* ----------------------------------------------------------------- large */
 void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) HZ_HIDDEN;
 hz_large_t *hz_large_header(const void *p) HZ_HIDDEN;
+/* A sampled block's leaving the heap profile is its caller's (alloc.c): the profile
+ * is a layer above this one. */
 void hz_large_free(hz_large_t *h) HZ_HIDDEN;
 void *hz_large_realloc(hz_large_t *h, size_t size) HZ_HIDDEN;
 bool hz_large_cache_trim(void) HZ_HIDDEN;

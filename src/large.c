@@ -138,7 +138,6 @@ void hz_large_free(hz_large_t *h) {
     size_t map_size = h->map_size;
     hz_gstat_add(large_frees, 1);
     hz_gstat_sub(large_bytes, h->usable);
-    if (h->sample != 0) hz_prof_release(h);
     hz_segmap_set(h, HZ_SEG_NONE); /* a second free of it now reads as foreign */
     h->magic = 0;
     bool plain = h->user == base + HZ_LARGE_HEADER;

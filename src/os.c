@@ -1,4 +1,5 @@
-/* os.c - every call into the operating system: mappings, purging, time, diagnostics.
+/* os.c - every call into the operating system: mappings, purging, time, diagnostics;
+ * and the spin locks, which yield to the OS when they wait.
  * Nothing here allocates through libc, so it is safe before and during init. */
 #include <errno.h>
 #include <sched.h>
@@ -290,6 +291,37 @@ void *hz_meta_alloc(size_t size) {
     meta_cur += size;
     hz_lock_release(&meta_lock);
     return r;
+}
+
+/* ---------------------------------------------------------------- locks
+ * A thread's token is the address of its own word here: unique among live threads,
+ * the same in a fork child, readable in a signal handler, and 8-byte aligned, which
+ * leaves bit 0 for HZ_LOCK_FORK.  Spinning yields after a while: a 2-core box must
+ * let the holder run. */
+static _Thread_local uint64_t lock_token;
+
+uintptr_t hz_lock_token(void) { return (uintptr_t)&lock_token; }
+
+bool hz_lock_acquire(hz_lock_t *l) {
+    uintptr_t me = hz_lock_token();
+    uintptr_t h = atomic_load_explicit(&l->holder, memory_order_relaxed);
+    if ((h & ~HZ_LOCK_FORK) == me) return (h & HZ_LOCK_FORK) != 0;
+    for (unsigned spins = 0;; spins++) {
+        uintptr_t expect = 0;
+        if (atomic_compare_exchange_weak_explicit(&l->holder, &expect, me, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return true;
+        while (atomic_load_explicit(&l->holder, memory_order_relaxed) != 0) {
+            if (++spins > 64) hz_os_yield();
+        }
+    }
+}
+
+/* Never waits, and fails for a lock this thread holds in any way. */
+bool hz_lock_try(hz_lock_t *l) {
+    uintptr_t expect = 0;
+    return atomic_compare_exchange_strong_explicit(&l->holder, &expect, hz_lock_token(),
+                                                   memory_order_acquire, memory_order_relaxed);
 }
 
 hz_lock_t *hz_meta_lock(void) { return &meta_lock; }

@@ -1,5 +1,6 @@
 /* page.c - pages of one size class: the queue a heap allocates from, carving blocks
- * out of a fresh span, and the generic allocation slow path behind hz_alloc_fast. */
+ * out of a fresh span, finding or making a page with a free block (for the
+ * allocation slow path, alloc.c), and the hardened variant's quarantine. */
 #include "freelist.h"
 
 /* ----------------------------------------------------------------- queues */
@@ -234,6 +235,47 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     }
 }
 
+#if HZ_HARDENED
+/* ------------------------------------------------------------- quarantine
+ * The hardened variant's free: a block is zeroed and held in its heap's quarantine
+ * (a ring of HZ_QUARANTINE blocks) before it goes back to its page, and checked for
+ * writes after free when it leaves. */
+/* Bytes of a freed block checked for writes when it leaves the quarantine. */
+#define QUARANTINE_CHECK 256
+
+/* A quarantined block links to the end of a list (so a second free of it is seen)
+ * and is zero after that word; anything else was written after free. */
+static void quarantine_release(hz_heap_t *heap, void *p) {
+    hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+    const uint64_t *w = p;
+    size_t n = page->block_size < QUARANTINE_CHECK ? page->block_size : QUARANTINE_CHECK;
+    uint64_t acc = hz_link_rel(p) ^ ((uintptr_t)p & HZ_SEGMENT_MASK);
+    for (size_t i = 1; i < n / 8; i++) acc |= w[i];
+    if (acc != 0) hz_report_corrupt(p, page->block_size);
+    hz_page_push(heap, page, p);
+}
+
+/* p was checked to start a block (hz_freed_block_page). */
+void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
+    if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
+    hz_stat_inc(heap->stats.frees[page->cls]);
+    memset(p, 0, page->block_size);
+    hz_link_set(p, hz_segment_of(p));
+    uint32_t i = heap->quarantine_next++ % HZ_QUARANTINE;
+    void *old = heap->quarantine[i];
+    heap->quarantine[i] = p;
+    if (old != NULL) quarantine_release(heap, old);
+}
+
+void hz_quarantine_flush(hz_heap_t *heap) {
+    for (uint32_t i = 0; i < HZ_QUARANTINE; i++) {
+        void *p = heap->quarantine[i];
+        heap->quarantine[i] = NULL;
+        if (p != NULL) quarantine_release(heap, p);
+    }
+}
+#endif
+
 /* Retire every empty page, the current ones too (thread exit, trim). */
 void hz_heap_retire_empty(hz_heap_t *heap) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
@@ -287,11 +329,6 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     return page;
 }
 
-/* The allocation slow path: collect remote frees, then find or make a page that has
- * a block on its free list (NULL when the OS has no memory). */
-hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) {
-    hz_stat_inc(heap->stats.refills);
-    hz_shm_tick();
-    if (hz_inbox_pending(heap)) hz_heap_collect(heap);
-    return find_page(heap, cls);
-}
+/* A page of class cls with a block on its free list, found or made, and made current
+ * (NULL when the OS has no memory). */
+hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) { return find_page(heap, cls); }

@@ -129,6 +129,8 @@ if ! make -j"$jobs" check; then
 fi
 echo "== instructions per malloc+free pair against bench/instructions.ref (callgrind)"
 make check-instructions
+echo "== layers: no file calls into a layer above its own, but for the listed calls"
+make check-layers
 echo "== every ./configure knob at both ends of its range builds warning-free"
 make check-knobs
 echo "== sanitizer builds (ThreadSanitizer, UBSan)"
