@@ -55,6 +55,7 @@ static void *alloc_class(unsigned cls, bool *zero) {
  * handlers) even when one is its first allocation. */
 static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     if (hz_unlikely(hz_tls_heap == &hz_empty_heap)) (void)hz_thread_init();
+    hz_shm_tick(); /* a program that allocates only large blocks publishes too */
     return hz_large_alloc(size, alignment, zero);
 }
 

@@ -80,7 +80,6 @@ bool hz_large_cache_trim(void) {
 }
 
 void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
-    hz_shm_tick();
     if (alignment < HZ_ALIGNMENT) alignment = HZ_ALIGNMENT;
     if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE - alignment) {
         errno = ENOMEM;

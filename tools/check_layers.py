@@ -49,7 +49,6 @@ LAYERS = [
 UPWARD = {
     ("page", "shm"): "a page event ticks the stats publisher (hz_shm_tick_one_in), so "
                      "that a program whose frees empty and refill pages publishes",
-    ("large", "shm"): "a large allocation ticks the stats publisher",
     ("remote", "shm"): "posting a batch ticks the stats publisher",
     ("prof", "shm"): "the profile's table is a companion segment of the stats export, "
                      "made and named by shm.c",
