@@ -298,8 +298,9 @@ static void prefetch_queue(const hz_page_t *next) {
     __builtin_prefetch(next->next);
 }
 
-/* A page of class cls with a block on its free list, made current. */
-static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
+/* A page of class cls with a block on its free list, found or made, and made current
+ * (NULL when the OS has no memory). */
+hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) {
     hz_page_queue_t *q = &heap->queues[cls];
     hz_page_t *page = q->first, *next;
     for (; page != NULL; page = next) {
@@ -329,6 +330,3 @@ static hz_page_t *find_page(hz_heap_t *heap, unsigned cls) {
     return page;
 }
 
-/* A page of class cls with a block on its free list, found or made, and made current
- * (NULL when the OS has no memory). */
-hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) { return find_page(heap, cls); }

@@ -317,7 +317,7 @@ void *hz_prof_mark(hz_heap_t *heap, void *block, size_t size) {
     return (char *)block + HZ_SAMPLE_MARK;
 }
 
-HZ_INLINE uint64_t *sample_block(const hz_page_t *page, const void *p) {
+void *hz_prof_block(const hz_page_t *page, const void *p) {
 #if HZ_SAMPLE_IN_PAGE
     uint64_t *w = (uint64_t *)(uintptr_t)((const char *)p - HZ_SAMPLE_MARK);
     if (!hz_block_carved(page, w)) return NULL;
@@ -329,10 +329,8 @@ HZ_INLINE uint64_t *sample_block(const hz_page_t *page, const void *p) {
 #endif
 }
 
-void *hz_prof_block(const hz_page_t *page, const void *p) { return sample_block(page, p); }
-
 void *hz_prof_unmark(const hz_heap_t *heap, const hz_page_t *page, void *p) {
-    uint64_t *w = sample_block(page, p);
+    uint64_t *w = hz_prof_block(page, p); /* inlined: same file, no interposition */
     if (w == NULL) hz_free_invalid(page, p);
     forget(heap, (uint32_t)(w[1] >> 32), (uint32_t)w[1]);
     return w;
