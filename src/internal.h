@@ -364,12 +364,18 @@ HZ_INLINE bool hz_sample_due(hz_heap_t *heap, size_t size) {
     return false;
 }
 #endif
-/* The mean sampling interval in bytes; 0 while nothing is sampled. */
-extern _Atomic uint64_t hz_prof_rate HZ_HIDDEN;
+/* The heap profile's switch and what every sample reads first, on one cache line
+ * (prof.c): a sample reads one line for them, where it read three. */
+struct hz_prof_state {
+    _Alignas(64) _Atomic uint64_t rate;  /* mean bytes between samples; 0: off */
+    uint64_t ln2_rate;                   /* rate ln 2: the intervals' scale */
+    struct hz_prof_segment *_Atomic seg; /* NULL: nothing to update */
+};
+extern struct hz_prof_state hz_prof HZ_HIDDEN;
 /* After hz_sample_due: resets the countdown, true when this allocation is a sample. */
 bool hz_sample_take(hz_heap_t *heap) HZ_HIDDEN;
 /* Builds the table hz_sample_take draws intervals of mean rate from (before
- * hz_prof_rate is published). */
+ * hz_prof.rate is published). */
 void hz_prof_intervals(uint64_t rate) HZ_HIDDEN;
 /* A sampled large block (NULL: allocate it normally); *zero as hz_large_alloc's. */
 void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) HZ_HIDDEN;

@@ -44,8 +44,7 @@
 #include "freelist.h"
 #include "hakozuna_prof.h"
 
-_Atomic uint64_t hz_prof_rate; /* mean bytes between samples; 0: off */
-static struct hz_prof_segment *_Atomic prof_seg;      /* NULL: nothing to update */
+struct hz_prof_state hz_prof;
 /* Samples served by the large path alive, each a mapping of its own: past
  * HZ_PROF_MAX_LIVE (8 GiB of live heap at the default rate) such samples are counted
  * as lost instead, so that the profile never takes the process near
@@ -54,8 +53,10 @@ static struct hz_prof_segment *_Atomic prof_seg;      /* NULL: nothing to update
 static _Atomic uint32_t live_samples;
 #define SAMPLE_MAP ((size_t)64 << 10)
 
+/* The header's sizes are for readers: this process places and bounds its traces by
+ * its own constants, which no other process that opens the segment can change. */
 HZ_INLINE struct hz_prof_trace *trace_at(struct hz_prof_segment *s, uint32_t i) {
-    return (struct hz_prof_trace *)((char *)s + s->header_size) + i;
+    return (struct hz_prof_trace *)(s + 1) + i;
 }
 
 /* ------------------------------------------------------------ intervals */
@@ -77,7 +78,6 @@ static uint64_t rng_next(hz_heap_t *heap) { /* xorshift64* */
  * when profiling starts; the rate never changes after. */
 #define MANTISSA_BITS 6
 #define MANTISSA_STEPS (1u << MANTISSA_BITS)
-static uint64_t ln2_rate;                      /* rate ln 2 */
 static uint64_t mantissa_rate[MANTISSA_STEPS]; /* rate times the bin's mean of -ln m */
 
 /* ln(x) for x > 0 to double precision, without libm: x = m 2^e with m in [1, 2),
@@ -95,7 +95,7 @@ static double ln(double x) {
 }
 
 void hz_prof_intervals(uint64_t rate) {
-    ln2_rate = (uint64_t)(0.6931471805599453 * (double)rate + 0.5);
+    hz_prof.ln2_rate = (uint64_t)(0.6931471805599453 * (double)rate + 0.5);
     /* The mean of -ln m over [a, b] is ((a ln a - a) - (b ln b - b)) / (b - a). */
     const double width = 0.5 / MANTISSA_STEPS;
     double f_a = 0.5 * ln(0.5) - 0.5; /* at a = 0.5, the first bin's start */
@@ -110,7 +110,7 @@ static uint64_t next_interval(hz_heap_t *heap) {
     uint64_t x = rng_next(heap); /* never 0: the state is not, the multiplier is odd */
     unsigned k = (unsigned)__builtin_clzll(x);
     unsigned bin = (unsigned)((x << k) >> (63 - MANTISSA_BITS)) & (MANTISSA_STEPS - 1);
-    return k * ln2_rate + mantissa_rate[bin];
+    return k * hz_prof.ln2_rate + mantissa_rate[bin];
 }
 
 /* A heap's first look: its generator is seeded, and its first interval drawn. */
@@ -122,7 +122,7 @@ static HZ_NOINLINE void sample_seed(hz_heap_t *heap) {
 bool hz_sample_take(hz_heap_t *heap) {
     if (heap == &hz_empty_heap || heap == &hz_exiting_heap) return false; /* shared */
     /* acquire: the intervals were built before the rate was published */
-    uint64_t rate = atomic_load_explicit(&hz_prof_rate, memory_order_acquire);
+    uint64_t rate = atomic_load_explicit(&hz_prof.rate, memory_order_acquire);
     if (hz_likely(rate == 0)) {
         atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
         return false;
@@ -161,9 +161,8 @@ static bool same_frames(const struct hz_prof_trace *t, void *const *frames, int 
 static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n,
                            uint32_t writer) {
     uint64_t h = trace_hash(frames, n);
-    uint32_t cap = s->trace_capacity;
-    for (uint32_t probe = 0; probe < cap; probe++) {
-        uint32_t i = (uint32_t)(h + probe) & (cap - 1);
+    for (uint32_t probe = 0; probe < HZ_PROF_TRACES; probe++) {
+        uint32_t i = (uint32_t)(h + probe) & (HZ_PROF_TRACES - 1);
         struct hz_prof_trace *t = trace_at(s, i);
         _Atomic uint64_t *th = (_Atomic uint64_t *)&t->hash;
         uint64_t cur = atomic_load_explicit(th, memory_order_acquire);
@@ -181,7 +180,7 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
         }
         if (cur == h && same_frames(t, frames, n)) return i;
     }
-    return cap;
+    return HZ_PROF_TRACES;
 }
 
 #define ADD(field, v) \
@@ -233,10 +232,10 @@ static HZ_NOINLINE uint32_t trace_walked(struct hz_prof_segment *s, hz_heap_t *h
         errno = saved_errno;
         skip = 2; /* in here, then hz_unwind's caller */
     }
-    return n > skip ? trace_slot(s, frames + skip, n - skip, writer_of(heap)) : s->trace_capacity;
+    return n > skip ? trace_slot(s, frames + skip, n - skip, writer_of(heap)) : HZ_PROF_TRACES;
 }
 
-/* The slot of the caller's stack in s's table (s->trace_capacity: in none), the
+/* The slot of the caller's stack in s's table (HZ_PROF_TRACES: in none), the
  * sample counted.  The heap's memo of its last walk spares a stack that repeats its
  * walk and its search of the table. */
 HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t size) {
@@ -244,9 +243,9 @@ HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t
     int n = hz_unwind(memo->frames, HZ_PROF_MAX_FRAMES + 1, memo);
     if (n != HZ_UNWIND_SAME) memo->trace = trace_walked(s, heap, memo->frames, n);
     uint32_t slot = memo->trace;
-    if (hz_unlikely(slot >= s->trace_capacity)) {
+    if (hz_unlikely(slot >= HZ_PROF_TRACES)) {
         ADD(s->samples_lost, 1);
-        return s->trace_capacity;
+        return HZ_PROF_TRACES;
     }
     count(trace_at(s, slot), heap, size, true);
     return slot;
@@ -254,9 +253,9 @@ HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t
 
 /* A sample leaves the profile; heap is the freeing thread's. */
 HZ_INLINE void forget(const hz_heap_t *heap, uint32_t slot, size_t size) {
-    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    struct hz_prof_segment *s = atomic_load_explicit(&hz_prof.seg, memory_order_acquire);
     if (s == NULL) return; /* a fork child's */
-    if (slot >= s->trace_capacity) return; /* in no trace */
+    if (slot >= HZ_PROF_TRACES) return; /* in no trace */
     count(trace_at(s, slot), heap, size, false);
 }
 
@@ -269,7 +268,7 @@ static void *large_sample_lost(struct hz_prof_segment *s) {
 }
 
 void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
-    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    struct hz_prof_segment *s = atomic_load_explicit(&hz_prof.seg, memory_order_acquire);
     if (s == NULL) return NULL;
     if (atomic_fetch_add_explicit(&live_samples, 1, memory_order_relaxed) >= HZ_PROF_MAX_LIVE)
         return large_sample_lost(s);
@@ -291,7 +290,7 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
 void hz_prof_release(hz_large_t *h) {
     uint32_t slot = h->sample - 1;
     h->sample = 0;
-    if (atomic_load_explicit(&prof_seg, memory_order_relaxed) != NULL)
+    if (atomic_load_explicit(&hz_prof.seg, memory_order_relaxed) != NULL)
         atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
     forget(hz_tls_heap, slot, h->sample_size);
 }
@@ -308,7 +307,7 @@ void hz_prof_release(hz_large_t *h) {
 static uint64_t mark_tag(uint64_t info) { return (info * 0x9E3779B97F4A7C15ULL) | 1; }
 
 void *hz_prof_mark(hz_heap_t *heap, void *block, size_t size) {
-    struct hz_prof_segment *s = atomic_load_explicit(&prof_seg, memory_order_acquire);
+    struct hz_prof_segment *s = atomic_load_explicit(&hz_prof.seg, memory_order_acquire);
     uint64_t *w = block;
     uint32_t slot = s != NULL ? take_trace(s, heap, size) : HZ_PROF_TRACES;
     uint64_t info = (uint64_t)slot << 32 | (uint32_t)size;
@@ -352,12 +351,19 @@ static uint64_t rate_from_env(void) {
     return 0;
 }
 
+/* The segment's bytes: of this process's constants, as trace_at's places. */
+static size_t segment_size(void) {
+    return hz_align_up(sizeof(struct hz_prof_segment) +
+                           (size_t)HZ_PROF_TRACES * sizeof(struct hz_prof_trace),
+                       hz_os_page_size());
+}
+
 /* In a fork child (init.c's handler): no profiling, and the parent's table is not
  * ours to update. */
 void hz_prof_fork_child(void) {
-    atomic_store_explicit(&hz_prof_rate, 0, memory_order_relaxed);
-    struct hz_prof_segment *s = atomic_exchange(&prof_seg, NULL);
-    if (s != NULL) munmap(s, s->total_size);
+    atomic_store_explicit(&hz_prof.rate, 0, memory_order_relaxed);
+    struct hz_prof_segment *s = atomic_exchange(&hz_prof.seg, NULL);
+    if (s != NULL) munmap(s, segment_size());
 }
 
 void hz_prof_start(void) {
@@ -366,9 +372,7 @@ void hz_prof_start(void) {
     hz_shm_companion_remove(HZ_PROF_SUFFIX);
     uint64_t rate = rate_from_env();
     if (rate == 0) return;
-    size_t size = sizeof(struct hz_prof_segment) +
-                  (size_t)HZ_PROF_TRACES * sizeof(struct hz_prof_trace);
-    size = hz_align_up(size, hz_os_page_size());
+    size_t size = segment_size();
     struct hz_prof_segment *s = hz_shm_companion_create(HZ_PROF_SUFFIX, size);
     if (s == NULL) return;
     s->layout_version = HZ_PROF_LAYOUT_VERSION;
@@ -383,8 +387,8 @@ void hz_prof_start(void) {
     void *warm[2];
     (void)backtrace(warm, 2);
     hz_prof_intervals(rate);
-    atomic_store_explicit(&prof_seg, s, memory_order_release);
-    atomic_store_explicit(&hz_prof_rate, rate, memory_order_release);
+    atomic_store_explicit(&hz_prof.seg, s, memory_order_release);
+    atomic_store_explicit(&hz_prof.rate, rate, memory_order_release);
     /* This thread may have allocated before: its countdown reads "never". */
     hz_heap_t *heap = hz_tls_heap;
     if (heap != &hz_empty_heap && heap != &hz_exiting_heap)
@@ -393,7 +397,7 @@ void hz_prof_start(void) {
 
 /* At exit: sampling stops, the mapping stays (threads may still free). */
 void hz_prof_stop(void) {
-    atomic_store_explicit(&hz_prof_rate, 0, memory_order_relaxed);
-    if (atomic_load_explicit(&prof_seg, memory_order_relaxed) != NULL)
+    atomic_store_explicit(&hz_prof.rate, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&hz_prof.seg, memory_order_relaxed) != NULL)
         hz_shm_companion_remove(HZ_PROF_SUFFIX);
 }

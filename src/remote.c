@@ -226,7 +226,7 @@ void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
     free_remote_send(heap, owner, p, page);
 #else
     if (HZ_SAMPLE_IN_PAGE &&
-        hz_unlikely(atomic_load_explicit(&hz_prof_rate, memory_order_relaxed) != 0)) {
+        hz_unlikely(atomic_load_explicit(&hz_prof.rate, memory_order_relaxed) != 0)) {
         free_remote_profiled(heap, owner, p);
         return;
     }

@@ -338,7 +338,6 @@ typedef struct hz_heap {
     size_t listed_dirty;                /* dirty_bytes counted while on the abandoned list */
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
-    uint32_t shm_slot;                  /* 1 + its thread slot in the segment, 0: none */
     hz_batch_t *spare;                  /* empty batches for the outboxes */
     /* Written by other threads, so on lines of their own: batches of blocks they
      * freed; blocks freed one at a time by threads without a heap (linked through
@@ -348,9 +347,11 @@ typedef struct hz_heap {
     } inbox[HZ_INBOX_SHARDS];
     _Alignas(64) _Atomic(void *) loose;
     _Alignas(64) _Atomic(hz_batch_t *) returned;
-    /* Last: the heap profile's, its generator next to the memo's first words, which
-     * every sample reads too (and in the padding, a slow path's count). */
-    uint64_t sample_rng;                /* the sampler's xorshift state, 0 until seeded */
+    /* Last, on a line of their own: what every heap-profile sample reads, its
+     * generator, the heap's name in the traces and the memo's first words (and in
+     * the padding, a slow path's count). */
+    _Alignas(64) uint64_t sample_rng;   /* the sampler's xorshift state, 0 until seeded */
+    uint32_t shm_slot;                  /* 1 + its thread slot in the segment, 0: none */
     bool sampling;                      /* taking a heap-profile sample (prof.c) */
     uint8_t page_events;                /* hz_page_free_event's calls with stats on (page.c) */
     hz_unwind_memo_t stack_memo;

@@ -595,7 +595,7 @@ static void test_sample_intervals(void) {
     enum { DRAWS = 2000000, RATE = 1000 };
     hz_prof_intervals(RATE);
     heap.sample_rng = 0x2545F4914F6CDD1DULL;
-    atomic_store(&hz_prof_rate, RATE);
+    atomic_store(&hz_prof.rate, RATE);
     double sum = 0;
     unsigned below_half = 0, above_5 = 0, above_9 = 0, taken = 0;
     for (int i = 0; i < DRAWS; i++) {
@@ -606,7 +606,7 @@ static void test_sample_intervals(void) {
         above_5 += v > 5 * RATE;
         above_9 += v > 9 * RATE;
     }
-    atomic_store(&hz_prof_rate, 0);
+    atomic_store(&hz_prof.rate, 0);
     double mean = sum / DRAWS, p_half = (double)below_half / DRAWS;
     double p5 = (double)above_5 / DRAWS, p9 = (double)above_9 / DRAWS;
     EXPECT(taken == DRAWS, "intervals: %u of %d draws were samples", taken, DRAWS);
