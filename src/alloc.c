@@ -59,12 +59,6 @@ static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     return hz_large_alloc(size, alignment, zero);
 }
 
-/* Behind hz_alloc_fast: first call of a thread, empty page, or a large request. */
-void *hz_alloc_slow(size_t size) {
-    bool zero;
-    if (size > HZ_MEDIUM_MAX) return large_alloc(size, 0, &zero);
-    return alloc_class(hz_size_class(size), &zero);
-}
 
 /* A sample of size bytes for the heap profile (prof.c), or NULL to allocate it
  * normally: in a page where free will find its mark (HZ_SAMPLE_IN_PAGE), else a
@@ -80,23 +74,60 @@ HZ_INLINE void *sampled(hz_heap_t *heap, size_t size, size_t alignment, bool *ze
     return hz_prof_alloc(size, alignment, zero);
 }
 
-/* Behind hz_alloc_fast: the heap profile's countdown ran out. */
-void *hz_alloc_sampled(size_t size) {
-    hz_heap_t *heap = hz_tls_heap;
-    if (hz_sample_take(heap)) {
-        bool zero;
-        void *p = sampled(heap, size, 0, &zero);
-        if (p != NULL) return p;
-    }
-    return hz_alloc_slow(size);
+static HZ_NOINLINE void *sample_due(hz_heap_t *heap, size_t size, size_t alignment,
+                                    bool *zero) {
+    return hz_sample_take(heap) ? sampled(heap, size, alignment, zero) : NULL;
 }
 
-/* calloc and the aligned allocations count down for the heap profile too: a sampled
- * block of size bytes, or NULL when this one is not sampled. */
-static void *maybe_sampled(size_t size, size_t alignment, bool *zero) {
+/* The slow paths, calloc and the aligned allocations count down for the heap
+ * profile too: a sampled block of size bytes, or NULL when this one is not sampled.
+ * Inline: the first of them runs once in a few allocations where a live set
+ * outgrows its pages. */
+HZ_INLINE void *maybe_sampled(size_t size, size_t alignment, bool *zero) {
     hz_heap_t *heap = hz_tls_heap;
-    if (hz_likely(!hz_sample_due(heap, size)) || !hz_sample_take(heap)) return NULL;
-    return sampled(heap, size, alignment, zero);
+    if (hz_likely(!hz_sample_due(heap, size))) return NULL;
+    return sample_due(heap, size, alignment, zero);
+}
+
+/* A malloc of size, counted down already. */
+static void *alloc_counted(size_t size) {
+    bool zero;
+    if (size > HZ_MEDIUM_MAX) return large_alloc(size, 0, &zero);
+    return alloc_class(hz_size_class(size), &zero);
+}
+
+static HZ_NOINLINE void *alloc_slow_sampled(size_t size) {
+    bool zero;
+    void *p = sample_due(hz_tls_heap, size, 0, &zero);
+    return p != NULL ? p : alloc_counted(size);
+}
+
+/* Behind hz_alloc_fast: first call of a thread, empty page, or a large request. */
+void *hz_alloc_slow(size_t size) {
+    if (hz_unlikely(hz_sample_due(hz_tls_heap, size))) return alloc_slow_sampled(size);
+    return alloc_counted(size);
+}
+
+/* Behind hz_alloc_fast: the heap profile's countdown ran out on a request that
+ * block, the head of page's list, would serve.  The sample is that block when its
+ * class has room for the mark past size (most sizes: classes are an eighth of a
+ * power of two apart), else a block of the next class, which has.  One call of
+ * hz_prof_mark for both, so that a loop's samples have one stack (prof.c, the memo). */
+void *hz_alloc_sampled(hz_heap_t *heap, hz_page_t *page, void *block, size_t size) {
+    if (!hz_sample_take(heap)) return hz_page_pop(heap, page, block);
+    bool zero;
+    void *p;
+#if HZ_SAMPLE_IN_PAGE
+    if (size <= HZ_MEDIUM_MAX - HZ_SAMPLE_MARK) {
+        p = page->block_size - size >= HZ_SAMPLE_MARK ? hz_page_pop(heap, page, block)
+                                                      : class_block(heap, page->cls + 1u, &zero);
+        if (p != NULL) return hz_prof_mark(heap, p, size);
+    } else
+#endif
+    if ((p = hz_prof_alloc(size, 0, &zero)) != NULL) return p;
+    /* Not sampled after all (no memory for it): what that tried may have changed
+     * page's list, so it is read again. */
+    return alloc_counted(size);
 }
 
 /* Behind hz_page_pop: a link that leaves the segment (checked by hz_link_far). */
@@ -110,7 +141,9 @@ void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t r
  * is broken (hz_link_far tells the last two apart). */
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) {
     if (hz_list_end(block)) return hz_alloc_slow(size);
-    return hz_page_pop_far(hz_tls_heap, page, block, rel);
+    hz_heap_t *heap = hz_tls_heap;
+    if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(heap, page, block, size);
+    return hz_page_pop_far(heap, page, block, rel);
 }
 #endif
 

@@ -41,9 +41,6 @@ HZ_INLINE void *hz_page_pop(hz_heap_t *heap, hz_page_t *page, void *block) {
 HZ_INLINE void *hz_alloc_fast(size_t size) {
     hz_heap_t *heap = hz_tls_heap;
     hz_page_t *page;
-    /* The heap profile's countdown, for every size: one subtract on memory and a
-     * branch taken only when a sample may be due (profiling off: every 2^62 bytes). */
-    if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(size);
     if (hz_likely(size <= HZ_DIRECT_MAX))
         page = heap->direct[(size + 15) >> 4];
     else if (hz_likely(size <= HZ_DIRECT_MID_MAX))
@@ -53,13 +50,19 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
     else
         return hz_alloc_slow(size);
     void *block = page->free;
+    /* The heap profile's countdown (prof.c) is paid by the request that takes a
+     * block here, and by the slow paths for the others: one subtract on memory and a
+     * branch taken only when a sample may be due (profiling off: every 2^62 bytes).
+     * Taken, it gets the block this request would have had. */
 #if HZ_HARDENING
     /* The end of a list reads as no link: one compare for "empty" and "broken". */
     uintptr_t rel = hz_link_rel(block);
     if (hz_unlikely(rel > HZ_SEGMENT_MASK)) return hz_alloc_off_list(size, page, block, rel);
+    if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(heap, page, block, size);
     return hz_page_take(heap, page, block, rel);
 #else
     if (hz_unlikely(hz_list_end(block))) return hz_alloc_slow(size);
+    if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(heap, page, block, size);
     return hz_page_pop(heap, page, block);
 #endif
 }

@@ -392,7 +392,7 @@ void *hz_prof_block(const hz_page_t *page, const void *p) HZ_HIDDEN;
  * anything else is reported.  Not cold: with the profile on, one free in a few
  * dozen comes here. */
 void *hz_prof_unmark(const hz_heap_t *heap, const hz_page_t *page, void *p) HZ_HIDDEN;
-void *hz_alloc_sampled(size_t size) HZ_HIDDEN;
+void *hz_alloc_sampled(hz_heap_t *heap, hz_page_t *page, void *block, size_t size) HZ_HIDDEN;
 /* The return addresses of the caller's stack, as backtrace() gives them, from the
  * unwind tables (unwind.c); -1 when a frame needs libgcc's unwinder; HZ_UNWIND_SAME
  * when the stack is the one memo's last walk found (frames are not written). */

@@ -11,9 +11,10 @@
  * 1 - exp(-s / rate) whatever the sizes around it (as tcmalloc and jemalloc do).
  * With profiling off the countdown is reset to HZ_SAMPLE_NEVER (2^62 bytes).
  *
- * A small sample (HZ_SAMPLE_IN_PAGE, types.h) is a block of its size class, with
- * HZ_SAMPLE_MARK bytes more, handed out past a mark that names its trace (below,
- * "samples in pages").  The pointer starts no block, so its free leaves the free
+ * A small sample (HZ_SAMPLE_IN_PAGE, types.h) is the block that the request would
+ * have had when its class has HZ_SAMPLE_MARK bytes to spare past the size asked
+ * for, else a block of the next class (alloc.c), handed out past a mark that names
+ * its trace (below, "samples in pages").  The pointer starts no block, so its free leaves the free
  * fast path at the block-start check that every free makes (freelist.h), and the
  * fast path pays nothing for it; realloc and malloc_usable_size find the mark too.
  * Large and aligned samples, and every sample of the checked variant and of builds
@@ -113,14 +114,18 @@ static uint64_t next_interval(hz_heap_t *heap) {
     return k * hz_prof.ln2_rate + mantissa_rate[bin];
 }
 
-/* A heap's first look: its generator is seeded, and its first interval drawn. */
+/* A heap's first look: its generator is seeded, and its first interval drawn.  The
+ * heaps that threads share are never seeded, and look again after 2^62 bytes. */
 static HZ_NOINLINE void sample_seed(hz_heap_t *heap) {
+    if (heap == &hz_empty_heap || heap == &hz_exiting_heap) {
+        atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
+        return;
+    }
     heap->sample_rng = (((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms()) | 1;
     atomic_store_explicit(&heap->sample_left, next_interval(heap), memory_order_relaxed);
 }
 
 bool hz_sample_take(hz_heap_t *heap) {
-    if (heap == &hz_empty_heap || heap == &hz_exiting_heap) return false; /* shared */
     /* acquire: the intervals were built before the rate was published */
     uint64_t rate = atomic_load_explicit(&hz_prof.rate, memory_order_acquire);
     if (hz_likely(rate == 0)) {
