@@ -59,7 +59,6 @@ static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     return hz_large_alloc(size, alignment, zero);
 }
 
-
 /* A sample of size bytes for the heap profile (prof.c), or NULL to allocate it
  * normally: in a page where free will find its mark (HZ_SAMPLE_IN_PAGE), else a
  * large block. */
@@ -74,15 +73,15 @@ HZ_INLINE void *sampled(hz_heap_t *heap, size_t size, size_t alignment, bool *ze
     return hz_prof_alloc(size, alignment, zero);
 }
 
+/* The countdown ran out on a request outside malloc's fast path: a sample of it, or
+ * NULL when this one is not sampled. */
 static HZ_NOINLINE void *sample_due(hz_heap_t *heap, size_t size, size_t alignment,
                                     bool *zero) {
     return hz_sample_take(heap) ? sampled(heap, size, alignment, zero) : NULL;
 }
 
-/* The slow paths, calloc and the aligned allocations count down for the heap
- * profile too: a sampled block of size bytes, or NULL when this one is not sampled.
- * Inline: the first of them runs once in a few allocations where a live set
- * outgrows its pages. */
+/* calloc and the aligned allocations count down for the heap profile too, inline:
+ * a sampled block of size bytes, or NULL when this one is not sampled. */
 HZ_INLINE void *maybe_sampled(size_t size, size_t alignment, bool *zero) {
     hz_heap_t *heap = hz_tls_heap;
     if (hz_likely(!hz_sample_due(heap, size))) return NULL;
@@ -96,6 +95,7 @@ static void *alloc_counted(size_t size) {
     return alloc_class(hz_size_class(size), &zero);
 }
 
+/* hz_alloc_slow's request, the countdown run out. */
 static HZ_NOINLINE void *alloc_slow_sampled(size_t size) {
     bool zero;
     void *p = sample_due(hz_tls_heap, size, 0, &zero);

@@ -52,6 +52,11 @@ static void test_classes(void) {
         EXPECT(c >= 1 && c < HZ_CLASSES, "size %zu -> class %u out of range", n, c);
         EXPECT(hz_class_size[c] >= n, "size %zu -> class %u too small", n, c);
         EXPECT(c == 1 || hz_class_size[c - 1] < n, "size %zu -> class %u not smallest", n, c);
+        /* A heap-profile sample needs HZ_SAMPLE_MARK bytes past its size: where its
+         * class lacks them, the next class has them (alloc.c, hz_alloc_sampled). */
+        if (n <= HZ_MEDIUM_MAX - HZ_SAMPLE_MARK && hz_class_size[c] - n < HZ_SAMPLE_MARK)
+            EXPECT(hz_size_class(n + HZ_SAMPLE_MARK) == c + 1,
+                   "size %zu: a sample's mark does not fit class %u + 1", n, c);
     }
     for (size_t a = 32; a <= HZ_ALIGNED_CLASS_MAX; a *= 2) {
         unsigned c = hz_aligned_class(100, a);
