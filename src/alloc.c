@@ -46,7 +46,7 @@ static HZ_COLD void *class_block_heapless(unsigned cls, bool *zero) {
 
 static void *alloc_class(unsigned cls, bool *zero) {
     hz_heap_t *heap = hz_tls_heap;
-    if (hz_unlikely(heap == &hz_empty_heap || heap == &hz_exiting_heap))
+    if (hz_unlikely(hz_heap_shared(heap)))
         return class_block_heapless(cls, zero);
     return class_block(heap, cls, zero);
 }
@@ -117,17 +117,17 @@ void *hz_alloc_sampled(hz_heap_t *heap, hz_page_t *page, void *block, size_t siz
     if (!hz_sample_take(heap)) return hz_page_pop(heap, page, block);
     bool zero;
     void *p;
+    /* Where no sample can be had (no memory for it), the request is served after
+     * all: what that tried may have changed page's list, so it is read again. */
 #if HZ_SAMPLE_IN_PAGE
     if (size <= HZ_MEDIUM_MAX - HZ_SAMPLE_MARK) {
         p = page->block_size - size >= HZ_SAMPLE_MARK ? hz_page_pop(heap, page, block)
                                                       : class_block(heap, page->cls + 1u, &zero);
-        if (p != NULL) return hz_prof_mark(heap, p, size);
-    } else
+        return p != NULL ? hz_prof_mark(heap, p, size) : alloc_counted(size);
+    }
 #endif
-    if ((p = hz_prof_alloc(size, 0, &zero)) != NULL) return p;
-    /* Not sampled after all (no memory for it): what that tried may have changed
-     * page's list, so it is read again. */
-    return alloc_counted(size);
+    p = hz_prof_alloc(size, 0, &zero);
+    return p != NULL ? p : alloc_counted(size);
 }
 
 /* Behind hz_page_pop: a link that leaves the segment (checked by hz_link_far). */
@@ -307,7 +307,7 @@ void *hz_aligned_impl(size_t alignment, size_t size) {
 int hz_trim_impl(void) {
     uint64_t before = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
     hz_heap_t *heap = hz_tls_heap;
-    if (heap != &hz_empty_heap && heap != &hz_exiting_heap) hz_heap_tidy(heap, HZ_TIDY_ALL);
+    if (!hz_heap_shared(heap)) hz_heap_tidy(heap, HZ_TIDY_ALL);
     if (hz_process_ready()) hz_heaps_trim();
     bool dropped = hz_segment_cache_trim();
     dropped |= hz_large_cache_trim();

@@ -278,7 +278,7 @@ void hz_heaps_forget(void) {
  * alone (one page lost) instead of being reported as a double free (page.c). */
 void hz_heaps_fork_child(void) {
     hz_heap_t *self = hz_tls_heap;
-    bool own = self != &hz_empty_heap && self != &hz_exiting_heap;
+    bool own = !hz_heap_shared(self);
     if (own && self->busy != 0) {
         own = false;
         hz_tls_heap = &hz_empty_heap;

@@ -202,6 +202,10 @@ HZ_INLINE uint32_t hz_page_capacity(const hz_page_t *page) {
 /* ------------------------------------------------------------- thread heap */
 extern hz_heap_t hz_empty_heap HZ_HIDDEN;   /* threads that have not allocated yet */
 extern hz_heap_t hz_exiting_heap HZ_HIDDEN; /* threads past their heap's destructor */
+/* One of the two heaps above, which threads share: no thread's own. */
+HZ_INLINE bool hz_heap_shared(const hz_heap_t *heap) {
+    return heap == &hz_empty_heap || heap == &hz_exiting_heap;
+}
 extern hz_page_t hz_empty_page HZ_HIDDEN;   /* no blocks: also every free unit's page */
 extern __thread hz_heap_t *hz_tls_heap HZ_HIDDEN __attribute__((tls_model("initial-exec")));
 

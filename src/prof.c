@@ -14,9 +14,10 @@
  * A small sample (HZ_SAMPLE_IN_PAGE, types.h) is the block that the request would
  * have had when its class has HZ_SAMPLE_MARK bytes to spare past the size asked
  * for, else a block of the next class (alloc.c), handed out past a mark that names
- * its trace (below, "samples in pages").  The pointer starts no block, so its free leaves the free
- * fast path at the block-start check that every free makes (freelist.h), and the
- * fast path pays nothing for it; realloc and malloc_usable_size find the mark too.
+ * its trace (below, "samples in pages").  The pointer starts no block, so its free
+ * leaves the free fast path at the block-start check that every free makes
+ * (freelist.h), and the fast path pays nothing for it; realloc and
+ * malloc_usable_size find the mark too.
  * Large and aligned samples, and every sample of the checked variant and of builds
  * without hardening, are served by the large path (large.c) with the trace's slot
  * in their header: a large block's free already leaves the fast path.  A small one
@@ -117,7 +118,7 @@ static uint64_t next_interval(hz_heap_t *heap) {
 /* A heap's first look: its generator is seeded, and its first interval drawn.  The
  * heaps that threads share are never seeded, and look again after 2^62 bytes. */
 static HZ_NOINLINE void sample_seed(hz_heap_t *heap) {
-    if (heap == &hz_empty_heap || heap == &hz_exiting_heap) {
+    if (hz_heap_shared(heap)) {
         atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
         return;
     }
@@ -394,10 +395,9 @@ void hz_prof_start(void) {
     hz_prof_intervals(rate);
     atomic_store_explicit(&hz_prof.seg, s, memory_order_release);
     atomic_store_explicit(&hz_prof.rate, rate, memory_order_release);
-    /* This thread may have allocated before: its countdown reads "never". */
-    hz_heap_t *heap = hz_tls_heap;
-    if (heap != &hz_empty_heap && heap != &hz_exiting_heap)
-        atomic_store_explicit(&heap->sample_left, 0, memory_order_relaxed);
+    /* This thread may have allocated before: its countdown reads "never".  (A
+     * shared heap's first look sets it back: sample_seed.) */
+    atomic_store_explicit(&hz_tls_heap->sample_left, 0, memory_order_relaxed);
 }
 
 /* At exit: sampling stops, the mapping stays (threads may still free). */

@@ -204,7 +204,7 @@ HZ_INLINE void free_remote_send(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_p
         return;
     }
 #endif
-    if (hz_unlikely(heap == &hz_empty_heap || heap == &hz_exiting_heap)) {
+    if (hz_unlikely(hz_heap_shared(heap))) {
         free_remote_unbatched(heap, owner, p, page);
         return;
     }
