@@ -63,6 +63,8 @@ struct hz_stats {
     uint64_t heaps_adopted;      /* heaps of exited threads taken over by new threads */
     uint64_t threads_live;       /* threads currently owning a heap */
     uint64_t segments_mapped;    /* segments currently mapped */
+    uint64_t bytes_dirty;        /* freed page memory kept resident for reuse, not yet
+                                    returned to the OS */
 };
 
 /* Fill *out (size bytes, normally sizeof(struct hz_stats)); returns 0, or -1 with

@@ -38,7 +38,7 @@
  *    equal and even, otherwise retry.
  *  - All integers are in the machine's native byte order; all counters are 64-bit
  *    and only ever grow, except the "current" gauges (bytes_in_use, bytes_mapped,
- *    threads_live, segments_mapped).
+ *    threads_live, segments_mapped, bytes_dirty).
  *  - The live counters (`live` and the thread slots) are not under the seqlock: each
  *    is one aligned 64-bit word, read it with a single (relaxed atomic) load.  They
  *    are current but not a snapshot of one instant: summing them, a free may be seen
@@ -113,6 +113,8 @@
 #define HZ_SHM_FLAG_FINAL 1u       /* last publish, made at exit: the process is ending */
 #define HZ_SHM_FLAG_NO_COUNTERS 2u /* built without per-thread counters (--disable-stats):
                                       the per-thread event counts read 0 */
+#define HZ_SHM_FLAG_DIRTY 4u       /* bytes_dirty (live, counters) is kept: libraries
+                                      before it leave that word 0 in layout 3 */
 
 /* Process-wide counters, each written whole (64-bit) by the publisher. */
 struct hz_shm_counters {
@@ -148,7 +150,9 @@ struct hz_shm_counters {
     uint64_t peak_mapped;        /* highest bytes_mapped so far */
     uint64_t peak_committed;     /* highest bytes_committed so far */
     uint64_t heaps_unlisted;     /* heaps without a thread slot */
-    uint64_t reserved[4];        /* zero; room for counters without a layout change */
+    /* with HZ_SHM_FLAG_DIRTY */
+    uint64_t bytes_dirty;        /* of bytes_committed, freed page memory kept for reuse */
+    uint64_t reserved[3];        /* zero; room for counters without a layout change */
 };
 
 /* Process-wide counters, updated in place (atomically) by the allocator's slow paths.
@@ -176,7 +180,8 @@ struct hz_shm_live {
     uint64_t peak_mapped;        /* highest bytes_mapped so far */
     uint64_t peak_committed;     /* highest bytes_committed so far */
     uint64_t heaps_unlisted;     /* heaps that got no thread slot (all were taken) */
-    uint64_t reserved[6];
+    uint64_t bytes_dirty;        /* freed page memory not yet purged (HZ_SHM_FLAG_DIRTY) */
+    uint64_t reserved[5];
     uint64_t heapless_frees[HZ_SHM_THREAD_CLASSES]; /* frees by threads without a heap */
 };
 

@@ -200,6 +200,21 @@ static size_t segment_committed_bytes(const hz_segment_t *seg) {
     return (size_t)seg->committed_units * HZ_UNIT_SIZE;
 }
 
+/* A heap's freed, unpurged page memory, and the process-wide gauge of it that
+ * hzstat shows beside bytes in use. */
+static void dirty_add(hz_heap_t *heap, size_t n) {
+    heap->dirty_bytes += n;
+    hz_gstat_add(bytes_dirty, n);
+}
+
+/* Estimates (a purge counts what it finds dirty, not what this heap added): never
+ * below zero. */
+static void dirty_sub(hz_heap_t *heap, size_t n) {
+    if (n > heap->dirty_bytes) n = heap->dirty_bytes;
+    heap->dirty_bytes -= n;
+    hz_gstat_sub(bytes_dirty, n);
+}
+
 /* Start a new window of what the heap needs (hz_heap_purge) once the current one is
  * HZ_PURGE_DELAY_MS old; after a longer gap, the previous one counts as empty. */
 static void need_roll(hz_heap_t *heap, uint64_t now) {
@@ -243,12 +258,12 @@ void hz_heap_purge(hz_heap_t *heap, bool all) {
     hz_segment_t *s, *s_next;
     for (s = heap->segments; s != NULL; s = s->next) {
         size_t n = segment_purge(s, all ? ~0ULL : s->purge_candidates);
-        heap->dirty_bytes -= n < heap->dirty_bytes ? n : heap->dirty_bytes;
+        dirty_sub(heap, n);
     }
     for (s = heap->segments; over && !all && s != NULL && heap->dirty_bytes > HZ_DIRTY_BUDGET / 2;
          s = s->next) {
         size_t n = segment_purge(s, ~0ULL);
-        heap->dirty_bytes -= n < heap->dirty_bytes ? n : heap->dirty_bytes;
+        dirty_sub(heap, n);
     }
     bool pending = false;
     for (s = heap->segments; s != NULL; s = s_next) {
@@ -260,7 +275,7 @@ void hz_heap_purge(hz_heap_t *heap, bool all) {
         if (s->free_units == ~0ULL && dirty_free == 0 && !segment_alone(s))
             segment_release(heap, s);
     }
-    if (!pending) heap->dirty_bytes = 0;
+    if (!pending) dirty_sub(heap, heap->dirty_bytes);
     if (epoch) heap->purge_at_ms = pending ? now + HZ_PURGE_DELAY_MS : 0;
 }
 
@@ -332,7 +347,7 @@ static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
     retired_drop(heap, seg, 0, HZ_UNITS);
     hz_segmap_set(seg, HZ_SEG_NONE); /* stale pointers into it now read as foreign */
     size_t purged = segment_decommit(seg) + segment_purge(seg, ~0ULL);
-    heap->dirty_bytes -= purged < heap->dirty_bytes ? purged : heap->dirty_bytes;
+    dirty_sub(heap, purged);
     seg->heap = NULL;
     if (hz_lock_acquire(&cache_lock)) {
         if (cache_count < hz_segment_cache_slots) {
@@ -483,7 +498,7 @@ hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned cls, unsigned units, unsigned
     page->units = (uint8_t)units;
     page->zero_span = (seg->dirty_units & m) == 0;
     size_t resident = (size_t)__builtin_popcountll(seg->dirty_units & m) * HZ_UNIT_SIZE;
-    heap->dirty_bytes -= resident < heap->dirty_bytes ? resident : heap->dirty_bytes;
+    dirty_sub(heap, resident);
     heap->reused[0] += (size_t)__builtin_popcountll(seg->used_units & m) * HZ_UNIT_SIZE;
     seg->dirty_units |= m;
     seg->used_units |= m;
@@ -504,7 +519,7 @@ void hz_span_free(hz_heap_t *heap, hz_page_t *page) {
     seg->free_units |= m;
     update_max_run(seg);
     heap->used_bytes -= (size_t)units * HZ_UNIT_SIZE;
-    heap->dirty_bytes += (size_t)units * HZ_UNIT_SIZE;
+    dirty_add(heap, (size_t)units * HZ_UNIT_SIZE);
     retired_push(heap, page);
     if (was_full && heap->segments != seg) { /* it has room again: to the front */
         segment_unlink(heap, seg);

@@ -334,6 +334,7 @@ static void publish(struct hz_shm_segment *s, bool final) {
     STORE(c->peak_mapped, hz_gstat_load(peak_mapped));
     STORE(c->peak_committed, hz_gstat_load(peak_committed));
     STORE(c->heaps_unlisted, hz_gstat_load(heaps_unlisted));
+    STORE(c->bytes_dirty, t->bytes_dirty);
     STORE(c->publishes, c->publishes + 1);
     STORE(c->last_publish_unix_ns, clock_ns(CLOCK_REALTIME));
     STORE(c->last_publish_mono_ns, clock_ns(CLOCK_MONOTONIC));
@@ -430,7 +431,7 @@ static bool shm_create(void) {
     s->clock_ticks = getauxval(AT_CLKTCK);
     if (s->clock_ticks == 0) s->clock_ticks = 100;
     s->created_unix_ns = clock_ns(CLOCK_REALTIME);
-    s->flags = HZ_STATS ? 0u : HZ_SHM_FLAG_NO_COUNTERS;
+    s->flags = HZ_SHM_FLAG_DIRTY | (HZ_STATS ? 0u : HZ_SHM_FLAG_NO_COUNTERS);
     s->class_count = HZ_CLASSES;
     s->threads_offset = head;
     s->thread_stride = (uint32_t)stride;

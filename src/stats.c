@@ -82,6 +82,7 @@ void hz_stats_snapshot(hz_stats_snapshot_t *snap) {
     s.heaps_adopted = hz_gstat_load(heaps_adopted);
     s.threads_live = hz_gstat_load(threads_live);
     s.segments_mapped = hz_gstat_load(segments_mapped);
+    s.bytes_dirty = hz_gstat_load(bytes_dirty);
     m.totals = s;
     *snap = m;
 }
@@ -133,6 +134,7 @@ void hz_stats_report(int fd) {
     stats_line(fd, "frees", s->frees);
     stats_line(fd, "large blocks", large_blocks());
     stats_line(fd, "large bytes", hz_gstat_load(large_bytes));
+    stats_line(fd, "dirty bytes", s->bytes_dirty);
     stats_line(fd, "purged bytes", s->bytes_purged);
     stats_line(fd, "unmapped bytes", s->bytes_unmapped);
     stats_line(fd, "segments", s->segments_mapped);

@@ -5,6 +5,8 @@
  * by default); malloc_trim then purges all of it.  One more thread frees 12 MiB and
  * exits: with the allowance restored its heap keeps that memory for the next thread
  * (no purge at exit); with the allowance still counted as full, it purges at exit.
+ * The process-wide gauge of freed, unpurged page memory (hz_stats.bytes_dirty, which
+ * hzstat shows) follows: most of a kept 12 MiB, then 0 after malloc_trim.
  */
 #include "hz_test.h"
 
@@ -14,6 +16,8 @@
 #define NTHREADS 6
 #define BLOCK 60000
 #define PER_THREAD ((size_t)12 << 20)
+/* Of a heap's freed 12 MiB, all but its current page (at most 1 MiB) retire. */
+#define MIN_KEPT ((uint64_t)10 << 20)
 
 static pthread_barrier_t all_freed, go_exit;
 
@@ -60,7 +64,17 @@ int main(void)
     pthread_barrier_wait(&all_freed);
     for (unsigned i = 0; i < NTHREADS; i++)
         pthread_join(t[i], NULL);
+    struct hz_stats kept, trimmed;
+    CHECK(hz_test_stats(&kept), "hz_stats_get failed");
     malloc_trim(0);
+    CHECK(hz_test_stats(&trimmed), "hz_stats_get failed");
+    printf("dirty bytes: %llu KiB kept by the exited threads' heaps, %llu KiB after "
+           "malloc_trim\n", (unsigned long long)(kept.bytes_dirty >> 10),
+           (unsigned long long)(trimmed.bytes_dirty >> 10));
+    CHECK(kept.bytes_dirty >= MIN_KEPT, "the heaps kept %llu KiB, the gauge says: an "
+          "abandoned heap keeps up to 16 MiB", (unsigned long long)(kept.bytes_dirty >> 10));
+    CHECK(trimmed.bytes_dirty == 0, "%llu KiB still dirty after malloc_trim",
+          (unsigned long long)(trimmed.bytes_dirty >> 10));
 
     pthread_barrier_init(&all_freed, NULL, 2);
     pthread_barrier_init(&go_exit, NULL, 2);
@@ -69,6 +83,10 @@ int main(void)
     pthread_barrier_wait(&all_freed);
     struct hz_stats before, after;
     CHECK(hz_test_stats(&before), "hz_stats_get failed");
+    /* A quarantine holds the blocks back until the thread exits. */
+    CHECK(hz_test_quarantine_variant() || before.bytes_dirty >= MIN_KEPT,
+          "a thread freed 12 MiB, yet %llu KiB are dirty",
+          (unsigned long long)(before.bytes_dirty >> 10));
     pthread_barrier_wait(&go_exit);
     pthread_join(l, NULL);
     CHECK(hz_test_stats(&after), "hz_stats_get failed");

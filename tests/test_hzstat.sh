@@ -252,8 +252,8 @@ if start_prog live --stats; then
         "$(awk '{ print $1 }' "$tmp/f1" | tr '\n' ' ')" = "mallocs remote_frees_sent "
     "$HZSTAT" -1 -f 'bytes_*' -f threads_live "$p" >"$tmp/f2" 2>"$tmp/e"
     expect_rc "hzstat -1 -f 'bytes_*' -f threads_live PID (glob, repeated)" 0 $?
-    check "  the six bytes_ counters and threads_live" test \
-        "$(awk '{ print $1 }' "$tmp/f2" | tr '\n' ' ')" = "bytes_in_use bytes_mapped bytes_purged bytes_unmapped bytes_committed bytes_metadata threads_live "
+    check "  the seven bytes_ counters and threads_live" test \
+        "$(awk '{ print $1 }' "$tmp/f2" | tr '\n' ' ')" = "bytes_in_use bytes_mapped bytes_purged bytes_unmapped bytes_committed bytes_dirty bytes_metadata threads_live "
     "$HZSTAT" -1 -f '*' "$p" >"$tmp/f3" 2>"$tmp/e"
     check "  -f '*': every counter, as -1 alone" test "$(wc -l <"$tmp/f3")" -eq "$(wc -l <"$tmp/one")"
     "$HZSTAT" -j -f mallocs,threads_live "$p" >"$tmp/fj" 2>"$tmp/e"

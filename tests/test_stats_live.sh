@@ -2,7 +2,7 @@
 # test_stats_live.sh - hzstat shows a process's counters as they are now, also when
 # the process sits idle (no allocator call since well before the read); the
 # per-thread view (hzstat -t, --prometheus), the byte figures (committed, metadata,
-# peaks), a fork child's own segment, and a process with more heaps than slots.
+# peaks, dirty), a fork child's own segment, and a process with more heaps than slots.
 #
 #   HZ_TOOLS_DIR        directory holding hzrun and hzstat (the build tree's tools/)
 #   HZRUN_LIBDIR        directory holding libhakozuna*.so.0 (default: HZ_TEST_LIBDIR)
@@ -143,7 +143,8 @@ check "  thread.N.remote_frees_sent lines, one per heap" \
 expect_rc "hzstat -t -i: not together" 2 $?
 
 # ------------------------------------------------ byte figures
-for k in bytes_mapped bytes_committed bytes_metadata peak_mapped peak_committed process_rss bytes_in_use; do
+for k in bytes_mapped bytes_committed bytes_metadata bytes_dirty peak_mapped peak_committed process_rss \
+    bytes_in_use; do
     eval "$k=\$(jnum $k \"\$tmp/j\")"
 done
 # shellcheck disable=SC2154
@@ -152,6 +153,9 @@ done
     check "  in use <= committed <= mapped ($bytes_in_use, $bytes_committed, $bytes_mapped)" \
         test "$bytes_in_use" -le "$bytes_committed" -a "$bytes_committed" -le "$bytes_mapped"
     check "  metadata <= committed" test "$bytes_metadata" -le "$bytes_committed"
+    # Freed page memory is in no block and in no page: apart from what is in use.
+    check "  in use + dirty <= committed (dirty $bytes_dirty)" \
+        test -n "$bytes_dirty" -a $((bytes_in_use + ${bytes_dirty:-0})) -le "$bytes_committed"
     check "  peak mapped >= mapped ($peak_mapped)" test "$peak_mapped" -ge "$bytes_mapped"
     check "  peak committed >= committed ($peak_committed)" test "$peak_committed" -ge "$bytes_committed"
     check "  process RSS > 0 ($process_rss)" test "${process_rss:-0}" -gt 0

@@ -159,6 +159,9 @@ static const struct field fields[] = {
       "Bytes returned to the OS with munmap"),
     F(bytes_committed, "bytes committed", K_BYTES_GAUGE, NULL,
       "Bytes mapped readable and writable: an upper bound of the allocator's resident bytes"),
+    F(bytes_dirty, "bytes dirty", K_BYTES_GAUGE, NULL,
+      "Of bytes committed, freed page memory kept resident for reuse, not yet returned to "
+      "the OS"),
     F(bytes_metadata, "bytes metadata", K_BYTES_GAUGE, NULL,
       "Committed bytes of the allocator's own: heaps, segment map, segment headers"),
     F(peak_mapped, "peak bytes mapped", K_BYTES_GAUGE, NULL, "Highest bytes mapped so far"),
@@ -642,6 +645,7 @@ static void seg_live(struct seg *g) {
     c->bytes_purged = LD(l->bytes_purged);
     c->bytes_unmapped = LD(l->bytes_unmapped);
     c->bytes_committed = LD(l->bytes_committed);
+    c->bytes_dirty = LD(l->bytes_dirty);
     c->bytes_metadata = LD(l->bytes_meta) + LD(l->segments_mapped) * s->segment_header_size;
     c->peak_mapped = LD(l->peak_mapped);
     c->peak_committed = LD(l->peak_committed);
@@ -860,6 +864,8 @@ static void print_text(const struct seg *g, bool classes) {
                    : "as last published (some heaps have no thread slot)");
     if (s->flags & HZ_SHM_FLAG_NO_COUNTERS)
         printf("  note: built without per-thread counters; event counts read 0\n");
+    if (!(s->flags & HZ_SHM_FLAG_DIRTY))
+        printf("  note: a library without the dirty-bytes gauge; bytes dirty reads 0\n");
     printf("\n");
     for (size_t i = 0; i < NFIELDS; i++) {
         const struct field *f = &fields[i];
