@@ -431,7 +431,7 @@ static bool shm_create(void) {
     s->clock_ticks = getauxval(AT_CLKTCK);
     if (s->clock_ticks == 0) s->clock_ticks = 100;
     s->created_unix_ns = clock_ns(CLOCK_REALTIME);
-    s->flags = HZ_SHM_FLAG_DIRTY | (HZ_STATS ? 0u : HZ_SHM_FLAG_NO_COUNTERS);
+    s->flags = HZ_STATS ? HZ_SHM_FLAG_DIRTY : HZ_SHM_FLAG_DIRTY | HZ_SHM_FLAG_NO_COUNTERS;
     s->class_count = HZ_CLASSES;
     s->threads_offset = head;
     s->thread_stride = (uint32_t)stride;
