@@ -56,8 +56,8 @@
  *      frees           = sum of class frees + live.large_frees
  *      bytes_in_use    = sum of (class mallocs - frees) * classes[c].size
  *                        + live.large_bytes
- *      remote frees sent/received, remote batches, refills, pages made/retired:
- *                        sums over slots
+ *      remote frees sent/received, remote batches, refills, pages made/retired,
+ *      bytes_dirty:      sums over slots
  *    They are complete only while live.heaps_unlisted is 0: heaps beyond the slots
  *    keep their counters in private memory, and only the published snapshot
  *    (counters, classes[]) includes them.
@@ -113,8 +113,8 @@
 #define HZ_SHM_FLAG_FINAL 1u       /* last publish, made at exit: the process is ending */
 #define HZ_SHM_FLAG_NO_COUNTERS 2u /* built without per-thread counters (--disable-stats):
                                       the per-thread event counts read 0 */
-#define HZ_SHM_FLAG_DIRTY 4u       /* bytes_dirty (live, counters) is kept: libraries
-                                      before it leave that word 0 in layout 3 */
+#define HZ_SHM_FLAG_DIRTY 4u       /* bytes_dirty (thread slots, counters) is kept:
+                                      libraries before it leave it 0 in layout 3 */
 
 /* Process-wide counters, each written whole (64-bit) by the publisher. */
 struct hz_shm_counters {
@@ -180,8 +180,7 @@ struct hz_shm_live {
     uint64_t peak_mapped;        /* highest bytes_mapped so far */
     uint64_t peak_committed;     /* highest bytes_committed so far */
     uint64_t heaps_unlisted;     /* heaps that got no thread slot (all were taken) */
-    uint64_t bytes_dirty;        /* freed page memory not yet purged (HZ_SHM_FLAG_DIRTY) */
-    uint64_t reserved[5];
+    uint64_t reserved[6];
     uint64_t heapless_frees[HZ_SHM_THREAD_CLASSES]; /* frees by threads without a heap */
 };
 
@@ -193,7 +192,9 @@ struct hz_shm_thread {
     uint32_t state;              /* HZ_SHM_THREAD_*; 0: not yet set */
     uint32_t slot;               /* this slot's index */
     uint64_t owners;             /* threads that have owned this heap */
-    uint64_t reserved[5];
+    uint64_t bytes_dirty;        /* the heap's freed page memory not yet purged, written
+                                    by its owner when it changes (HZ_SHM_FLAG_DIRTY) */
+    uint64_t reserved[4];
     uint64_t mallocs[HZ_SHM_THREAD_CLASSES]; /* blocks of class c handed out */
     uint64_t frees[HZ_SHM_THREAD_CLASSES];   /* blocks of class c freed by this heap's
                                                 threads (its own blocks or others') */

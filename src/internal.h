@@ -69,6 +69,7 @@ typedef struct hz_stats_snapshot {
     uint64_t mallocs[HZ_CLASSES], frees[HZ_CLASSES]; /* per size class */
     uint64_t remote_sent, remote_recv, remote_batches;
     uint64_t refills, pages_made, pages_retired;
+    uint64_t bytes_dirty;
 } hz_stats_snapshot_t;
 void hz_stats_snapshot(hz_stats_snapshot_t *snap) HZ_HIDDEN;
 

@@ -200,19 +200,21 @@ static size_t segment_committed_bytes(const hz_segment_t *seg) {
     return (size_t)seg->committed_units * HZ_UNIT_SIZE;
 }
 
-/* A heap's freed, unpurged page memory, and the process-wide gauge of it that
- * hzstat shows beside bytes in use. */
-static void dirty_add(hz_heap_t *heap, size_t n) {
-    heap->dirty_bytes += n;
-    hz_gstat_add(bytes_dirty, n);
+/* A heap's freed, unpurged page memory, copied to its slot header for readers
+ * (hz_stats_get, hzstat), who add the heaps' figures up: a word only its owner
+ * writes, where a process-wide sum would be a line that every thread's span
+ * changes write. */
+static void dirty_set(hz_heap_t *heap, size_t n) {
+    heap->dirty_bytes = n;
+    __atomic_store_n(&hz_heap_slot(heap)->bytes_dirty, (uint64_t)n, __ATOMIC_RELAXED);
 }
+
+static void dirty_add(hz_heap_t *heap, size_t n) { dirty_set(heap, heap->dirty_bytes + n); }
 
 /* Estimates (a purge counts what it finds dirty, not what this heap added): never
  * below zero. */
 static void dirty_sub(hz_heap_t *heap, size_t n) {
-    if (n > heap->dirty_bytes) n = heap->dirty_bytes;
-    heap->dirty_bytes -= n;
-    hz_gstat_sub(bytes_dirty, n);
+    dirty_set(heap, n < heap->dirty_bytes ? heap->dirty_bytes - n : 0);
 }
 
 /* Start a new window of what the heap needs (hz_heap_purge) once the current one is
@@ -275,7 +277,7 @@ void hz_heap_purge(hz_heap_t *heap, bool all) {
         if (s->free_units == ~0ULL && dirty_free == 0 && !segment_alone(s))
             segment_release(heap, s);
     }
-    if (!pending) dirty_sub(heap, heap->dirty_bytes);
+    if (!pending) dirty_set(heap, 0);
     if (epoch) heap->purge_at_ms = pending ? now + HZ_PURGE_DELAY_MS : 0;
 }
 

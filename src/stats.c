@@ -34,6 +34,7 @@ static void merge_heap(hz_heap_t *heap, void *arg) {
     m->refills += LOAD(heap->stats.refills);
     m->pages_made += LOAD(heap->stats.pages_made);
     m->pages_retired += LOAD(heap->stats.pages_retired);
+    m->bytes_dirty += __atomic_load_n(&hz_heap_slot(heap)->bytes_dirty, __ATOMIC_RELAXED);
 }
 
 static void merge_all(merged_t *m) {
@@ -82,7 +83,7 @@ void hz_stats_snapshot(hz_stats_snapshot_t *snap) {
     s.heaps_adopted = hz_gstat_load(heaps_adopted);
     s.threads_live = hz_gstat_load(threads_live);
     s.segments_mapped = hz_gstat_load(segments_mapped);
-    s.bytes_dirty = hz_gstat_load(bytes_dirty);
+    s.bytes_dirty = m.bytes_dirty;
     m.totals = s;
     *snap = m;
 }

@@ -621,13 +621,14 @@ static void seg_live(struct seg *g) {
     if (g->threads > slots) g->threads = (uint32_t)slots;
     if ((c->heaps_unlisted = LD(l->heaps_unlisted)) != 0) return;
     uint64_t m[HZ_SHM_THREAD_CLASSES] = {0}, f[HZ_SHM_THREAD_CLASSES] = {0};
-    uint64_t sent = 0, recv = 0, batches = 0, refills = 0, made = 0, retired = 0;
+    uint64_t sent = 0, recv = 0, batches = 0, refills = 0, made = 0, retired = 0, dirty = 0;
     for (uint32_t i = 0; i < g->threads; i++) {
         struct hz_shm_thread t;
         thread_read(g, i, &t);
         for (unsigned k = 0; k < HZ_SHM_THREAD_CLASSES; k++) m[k] += t.mallocs[k], f[k] += t.frees[k];
         sent += t.remote_sent, recv += t.remote_recv, batches += t.remote_batches;
         refills += t.refills, made += t.pages_made, retired += t.pages_retired;
+        dirty += t.bytes_dirty;
     }
     uint64_t mallocs = 0, frees = 0, in_use = 0;
     unsigned n = class_limit(s) < HZ_SHM_THREAD_CLASSES ? class_limit(s) : HZ_SHM_THREAD_CLASSES;
@@ -645,7 +646,7 @@ static void seg_live(struct seg *g) {
     c->bytes_purged = LD(l->bytes_purged);
     c->bytes_unmapped = LD(l->bytes_unmapped);
     c->bytes_committed = LD(l->bytes_committed);
-    c->bytes_dirty = LD(l->bytes_dirty);
+    c->bytes_dirty = dirty;
     c->bytes_metadata = LD(l->bytes_meta) + LD(l->segments_mapped) * s->segment_header_size;
     c->peak_mapped = LD(l->peak_mapped);
     c->peak_committed = LD(l->peak_committed);
