@@ -78,7 +78,6 @@ static void heap_note(hz_heap_t *heap, int state) {
 static hz_heap_t *heap_create(int state) {
     hz_heap_t *heap = heap_memory();
     if (heap == NULL) return NULL;
-    hz_shm_attach(heap); /* stats on: the counters page becomes a thread slot */
     heap_reset(heap);
     heap_note(heap, state);
     atomic_store_explicit(&heap->state, state, memory_order_relaxed);

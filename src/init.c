@@ -76,6 +76,7 @@ hz_heap_t *hz_thread_init(void) {
     process_init_core();
     hz_heap_t *heap = hz_heap_acquire();
     if (heap == NULL) return NULL;
+    hz_shm_attach(heap); /* a new heap, with stats on: its counters page becomes a slot */
     hz_tls_heap = heap; /* before anything that may allocate */
     hz_gstat_add(threads_live, 1);
     if (key_ready()) pthread_setspecific(heap_key, heap);

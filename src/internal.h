@@ -403,9 +403,13 @@ void *hz_alloc_sampled(hz_heap_t *heap, hz_page_t *page, void *block, size_t siz
  * when the stack is the one memo's last walk found (frames are not written). */
 #define HZ_UNWIND_SAME (-2)
 int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) HZ_HIDDEN;
-/* After the stats segment is made: start profiling if HAKOZUNA_PROFILE asks. */
-void hz_prof_start(void) HZ_HIDDEN;
-void hz_prof_stop(void) HZ_HIDDEN;
+/* The profile's segment is made and named by the stats export (shm.c), which reads
+ * HAKOZUNA_PROFILE: its size, and profiling started at `rate` bytes in it. */
+struct hz_prof_segment;
+size_t hz_prof_segment_size(void) HZ_HIDDEN;
+void hz_prof_start(struct hz_prof_segment *s, size_t size, uint64_t rate) HZ_HIDDEN;
+/* Sampling stops; true if the profile has a segment (whose name the caller removes). */
+bool hz_prof_stop(void) HZ_HIDDEN;
 void hz_prof_fork_child(void) HZ_HIDDEN;
 
 /* ------------------------------------------------- shared-memory export (shm.c) */
@@ -414,18 +418,13 @@ void hz_shm_stop(void) HZ_HIDDEN;
 void hz_shm_tick_publish(void) HZ_HIDDEN;
 void hz_shm_fork_child(void) HZ_HIDDEN;
 extern _Atomic int hz_shm_on HZ_HIDDEN;
-/* Stats on: make a new heap's counters page a thread slot of the segment. */
+/* Stats on: make a heap's counters page a thread slot of the segment, once (a heap
+ * that has a slot, or that move_in gave one, keeps it). */
 void hz_shm_attach(hz_heap_t *heap) HZ_HIDDEN;
 /* The slot header just before a heap (types.h). */
 HZ_INLINE struct hz_shm_thread *hz_heap_slot(hz_heap_t *heap) {
     return (struct hz_shm_thread *)((char *)heap - offsetof(struct hz_shm_thread, mallocs));
 }
-/* Companion segments (prof.c's): named like the stats segment plus suffix, made by
- * the same rules (see shm.c); a zeroed shared mapping of size bytes, or NULL. */
-void *hz_shm_companion_create(const char *suffix, size_t size) HZ_HIDDEN;
-void hz_shm_companion_remove(const char *suffix) HZ_HIDDEN;
-const char *hz_shm_env_value(const char *name) HZ_HIDDEN;
-void hz_shm_env_warn(const char *name, const char *value, const char *what) HZ_HIDDEN;
 /* From slow paths (never under heaps_lock): publish if due.  Inline, so that with
  * stats off it is one load and a branch. */
 HZ_INLINE void hz_shm_tick(void) {

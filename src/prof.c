@@ -343,22 +343,8 @@ void *hz_prof_unmark(const hz_heap_t *heap, const hz_page_t *page, void *p) {
 
 /* ------------------------------------------------------------ start, fork, stop */
 
-/* The rate HAKOZUNA_PROFILE asks for: 0 for off (unset, "", "0", or not understood,
- * which is said once on stderr). */
-static uint64_t rate_from_env(void) {
-    const char *v = hz_shm_env_value(HZ_PROF_ENV);
-    if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0) return 0;
-    if (strcmp(v, "1") == 0) return HZ_PROF_DEFAULT_RATE;
-    uint64_t r = 0;
-    size_t i = 0;
-    for (; v[i] >= '0' && v[i] <= '9' && i < 13; i++) r = r * 10 + (uint64_t)(v[i] - '0');
-    if (v[i] == '\0' && r >= 1) return r;
-    hz_shm_env_warn(HZ_PROF_ENV, v, "(use 1 or a sampling interval in bytes); no heap profile");
-    return 0;
-}
-
 /* The segment's bytes: of this process's constants, as trace_at's places. */
-static size_t segment_size(void) {
+size_t hz_prof_segment_size(void) {
     return hz_align_up(sizeof(struct hz_prof_segment) +
                            (size_t)HZ_PROF_TRACES * sizeof(struct hz_prof_trace),
                        hz_os_page_size());
@@ -369,18 +355,10 @@ static size_t segment_size(void) {
 void hz_prof_fork_child(void) {
     atomic_store_explicit(&hz_prof.rate, 0, memory_order_relaxed);
     struct hz_prof_segment *s = atomic_exchange(&hz_prof.seg, NULL);
-    if (s != NULL) munmap(s, segment_size());
+    if (s != NULL) munmap(s, hz_prof_segment_size());
 }
 
-void hz_prof_start(void) {
-    /* Our name is ours now (the stats segment has it): a profile left under it by an
-     * earlier holder goes, whether or not this process profiles. */
-    hz_shm_companion_remove(HZ_PROF_SUFFIX);
-    uint64_t rate = rate_from_env();
-    if (rate == 0) return;
-    size_t size = segment_size();
-    struct hz_prof_segment *s = hz_shm_companion_create(HZ_PROF_SUFFIX, size);
-    if (s == NULL) return;
+void hz_prof_start(struct hz_prof_segment *s, size_t size, uint64_t rate) {
     s->layout_version = HZ_PROF_LAYOUT_VERSION;
     s->header_size = (uint32_t)sizeof(struct hz_prof_segment);
     s->total_size = size;
@@ -401,8 +379,7 @@ void hz_prof_start(void) {
 }
 
 /* At exit: sampling stops, the mapping stays (threads may still free). */
-void hz_prof_stop(void) {
+bool hz_prof_stop(void) {
     atomic_store_explicit(&hz_prof.rate, 0, memory_order_relaxed);
-    if (atomic_load_explicit(&hz_prof.seg, memory_order_relaxed) != NULL)
-        hz_shm_companion_remove(HZ_PROF_SUFFIX);
+    return atomic_load_explicit(&hz_prof.seg, memory_order_relaxed) != NULL;
 }

@@ -75,6 +75,7 @@
 #include "internal.h"
 #include "hakozuna.h"
 #include "hakozuna_shm.h"
+#include "hakozuna_prof.h"
 
 extern char **environ;
 
@@ -112,7 +113,7 @@ static uint64_t clock_ns(clockid_t id) {
 
 /* The value of environment variable `name` as getenv would see it (the first entry
  * decides), or NULL when it is unset. */
-const char *hz_shm_env_value(const char *name) {
+static const char *env_value(const char *name) {
     size_t len = strlen(name);
     char **env = environ;
     if (env == NULL) return NULL;
@@ -125,7 +126,7 @@ const char *hz_shm_env_value(const char *name) {
 /* A value we do not understand is a typo ("yes", "true", "on"): say so once on
  * stderr rather than leave the operator guessing why nothing happens.  The value is
  * the environment's, so it is cut and its control bytes shown as '?'. */
-void hz_shm_env_warn(const char *name, const char *v, const char *what) {
+static void env_warn(const char *name, const char *v, const char *what) {
     enum { SHOWN = 40 };
     char shown[SHOWN + 4];
     size_t n = 0;
@@ -157,14 +158,14 @@ void hz_shm_env_warn(const char *name, const char *v, const char *what) {
 static char exit_report_to[256]; /* "": no report; "-": stderr; else a path */
 
 static void exit_report_setup(void) {
-    const char *v = hz_shm_env_value(HZ_SHM_ENV_EXIT);
+    const char *v = env_value(HZ_SHM_ENV_EXIT);
     if (v == NULL || v[0] == '\0') return;
     if (strcmp(v, "stderr") == 0) {
         exit_report_to[0] = '-';
     } else if (v[0] == '/' && strlen(v) < sizeof exit_report_to) {
         memcpy(exit_report_to, v, strlen(v) + 1);
     } else {
-        hz_shm_env_warn(HZ_SHM_ENV_EXIT, v, "(use stderr or an absolute path); no report at exit");
+        env_warn(HZ_SHM_ENV_EXIT, v, "(use stderr or an absolute path); no report at exit");
     }
 }
 
@@ -578,21 +579,82 @@ void hz_shm_fork_child(void) {
     shm = NULL;
 }
 
+/* ------------------------------------------------------ companion segments
+ * What goes with the stats segment in a segment of its own (the heap profile,
+ * prof.c) is named like it plus a suffix and follows its rules: made only once the
+ * stats segment holds the name (so the name is ours), mode 0600, blocks reserved up
+ * front, no descriptor kept, the name removed at once by a process that may change
+ * its user id and at exit by the others; a fork child makes none. */
+static bool companion_path(char *path, size_t cap, const char *suffix) {
+    size_t n = strlen(shm_path), k = strlen(suffix);
+    if (shm == NULL || n + k + 1 > cap) return false;
+    memcpy(path, shm_path, n + 1);
+    memcpy(path + n, suffix, k + 1);
+    return true;
+}
+
+/* Remove the companion name if it is a file of our user (ours, or one an earlier
+ * holder of our name left). */
+static void companion_remove(const char *suffix) {
+    char path[sizeof shm_path + 16];
+    struct stat st;
+    if (companion_path(path, sizeof path, suffix) && lstat(path, &st) == 0 &&
+        S_ISREG(st.st_mode) && st.st_uid == geteuid())
+        unlink(path);
+}
+
+static void *companion_create(const char *suffix, size_t size) {
+    char path[sizeof shm_path + 16];
+    if (!companion_path(path, sizeof path, suffix)) return NULL;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return NULL;
+    void *m = map_new(fd, size, size);
+    close(fd);
+    if (m == MAP_FAILED || shm_unnamed) unlink(path);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+/* The rate HAKOZUNA_PROFILE asks for: 0 for off (unset, "", "0", or not understood,
+ * which is said once on stderr). */
+static uint64_t profile_rate(void) {
+    const char *v = env_value(HZ_PROF_ENV);
+    if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0) return 0;
+    if (strcmp(v, "1") == 0) return HZ_PROF_DEFAULT_RATE;
+    uint64_t r = 0;
+    size_t i = 0;
+    for (; v[i] >= '0' && v[i] <= '9' && i < 13; i++) r = r * 10 + (uint64_t)(v[i] - '0');
+    if (v[i] == '\0' && r >= 1) return r;
+    env_warn(HZ_PROF_ENV, v, "(use 1 or a sampling interval in bytes); no heap profile");
+    return 0;
+}
+
+/* Once the stats segment holds our name: the heap profile's segment, if asked for. */
+static void profile_start(void) {
+    /* A profile left under our name by an earlier holder goes, whether or not this
+     * process profiles. */
+    companion_remove(HZ_PROF_SUFFIX);
+    uint64_t rate = profile_rate();
+    if (rate == 0) return;
+    size_t size = hz_prof_segment_size();
+    struct hz_prof_segment *s = companion_create(HZ_PROF_SUFFIX, size);
+    if (s != NULL) hz_prof_start(s, size, rate);
+}
+
 /* ---------------------------------------------------------------- interface */
 
 void hz_shm_start(void) {
     if (atomic_exchange(&shm_started, 1)) return;
     if (getauxval(AT_SECURE) != 0) return; /* setuid & co.: not even the environment */
     exit_report_setup();
-    const char *v = hz_shm_env_value(HZ_SHM_ENV);
+    const char *v = env_value(HZ_SHM_ENV);
     if (v == NULL || strcmp(v, "1") != 0) {
         if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0)
-            hz_shm_env_warn(HZ_SHM_ENV, v, "(use 1 or 0); stats stay off");
+            env_warn(HZ_SHM_ENV, v, "(use 1 or 0); stats stay off");
         return;
     }
     if (!shm_create()) return;
     move_in(); /* heaps made before the segment */
-    hz_prof_start();
+    profile_start();
     atomic_store_explicit(&next_publish_ms, hz_os_now_ms() + HZ_SHM_PUBLISH_MS,
                           memory_order_relaxed);
     atomic_store_explicit(&hz_shm_on, 1, memory_order_release);
@@ -627,7 +689,7 @@ void hz_shm_tick_publish(void) { tick_slow(); }
 
 void hz_shm_stop(void) {
     exit_report();
-    hz_prof_stop();
+    if (hz_prof_stop()) companion_remove(HZ_PROF_SUFFIX);
     if (atomic_load_explicit(&hz_shm_on, memory_order_acquire) == 0) return;
     while (atomic_exchange_explicit(&publish_busy, 1, memory_order_acquire)) hz_os_yield();
     if (atomic_load_explicit(&hz_shm_on, memory_order_relaxed) && shm != NULL &&
@@ -639,39 +701,3 @@ void hz_shm_stop(void) {
     atomic_store_explicit(&hz_shm_on, 0, memory_order_relaxed);
     atomic_store_explicit(&publish_busy, 0, memory_order_release);
 }
-
-/* ------------------------------------------------------ companion segments
- * What goes with the stats segment in a segment of its own (the heap profile,
- * prof.c) is named like it plus a suffix and follows its rules: made only once the
- * stats segment holds the name (so the name is ours), mode 0600, blocks reserved up
- * front, no descriptor kept, the name removed at once by a process that may change
- * its user id and at exit by the others; a fork child makes none. */
-static bool companion_path(char *path, size_t cap, const char *suffix) {
-    size_t n = strlen(shm_path), k = strlen(suffix);
-    if (shm == NULL || n + k + 1 > cap) return false;
-    memcpy(path, shm_path, n + 1);
-    memcpy(path + n, suffix, k + 1);
-    return true;
-}
-
-/* Remove the companion name if it is a file of our user (ours, or one an earlier
- * holder of our name left). */
-void hz_shm_companion_remove(const char *suffix) {
-    char path[sizeof shm_path + 16];
-    struct stat st;
-    if (companion_path(path, sizeof path, suffix) && lstat(path, &st) == 0 &&
-        S_ISREG(st.st_mode) && st.st_uid == geteuid())
-        unlink(path);
-}
-
-void *hz_shm_companion_create(const char *suffix, size_t size) {
-    char path[sizeof shm_path + 16];
-    if (!companion_path(path, sizeof path, suffix)) return NULL;
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return NULL;
-    void *m = map_new(fd, size, size);
-    close(fd);
-    if (m == MAP_FAILED || shm_unnamed) unlink(path);
-    return m == MAP_FAILED ? NULL : m;
-}
-

@@ -50,9 +50,6 @@ UPWARD = {
     ("page", "shm"): "a page event ticks the stats publisher (hz_shm_tick_one_in), so "
                      "that a program whose frees empty and refill pages publishes",
     ("remote", "shm"): "posting a batch ticks the stats publisher",
-    ("prof", "shm"): "the profile's table is a companion segment of the stats export, "
-                     "made and named by shm.c",
-    ("heap", "shm"): "a new heap takes its counters page in the stats segment",
     ("remote", "heap"): "a post to an abandoned heap mails the upkeep that collects it",
     ("remote", "init"): "a thread's first free makes its heap, to batch from then on",
 }
