@@ -70,11 +70,11 @@ HZ_INLINE void *hz_alloc_fast(size_t size) {
 /* The end of a free of p, a block of the caller's heap checked to start one. */
 HZ_INLINE void hz_free_block(hz_heap_t *heap, hz_page_t *page, void *p) {
 #if HZ_HARDENED
-    hz_free_quarantine(heap, page, p);
+    hz_free_quarantine(heap, page, p, hz_free_event);
     return;
 #endif
     hz_stat_inc(heap->stats.frees[page->cls]);
-    hz_page_push(heap, page, p);
+    hz_page_push_then(heap, page, p, hz_free_event);
 }
 
 HZ_INLINE void hz_free_fast(void *p) {

@@ -85,11 +85,19 @@ HZ_INLINE void *hz_link_next(const void *block) {
 /* Put p, a block of page already checked to start one, back on page's list: LIFO,
  * so the next malloc gets a cache-hot block.  The free fast path, the owner taking
  * remote frees in and the quarantine's release all end here. */
-HZ_INLINE void hz_page_push(hz_heap_t *heap, hz_page_t *page, void *p) {
+/* Push p on page's list.  When that empties the page or brings a full one back,
+ * `event` takes the page: hz_page_free_event, or the free path's hz_free_event, which
+ * also ticks the stats publisher (a layer above pages).  Inline with a constant
+ * `event`, the call is direct. */
+HZ_INLINE void hz_page_push_then(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event_fn event) {
     hz_link_set(p, page->free);
     page->free = p;
     page->free_is_zero = 0;
-    if (hz_unlikely(hz_dec_le0(&page->used))) hz_page_free_event(heap, page); /* empty or full */
+    if (hz_unlikely(hz_dec_le0(&page->used))) event(heap, page); /* empty or full */
+}
+
+HZ_INLINE void hz_page_push(hz_heap_t *heap, hz_page_t *page, void *p) {
+    hz_page_push_then(heap, page, p, hz_page_free_event);
 }
 
 /* ------------------------------------------------- slow sides (guard.c) */
@@ -153,7 +161,7 @@ bool hz_page_list_whole(const hz_page_t *page) HZ_HIDDEN;
 /* The next number of the heap's generator for allocation order. */
 uint64_t hz_heap_random(hz_heap_t *heap) HZ_HIDDEN;
 /* The hardened variant's free of a block of the caller's heap (page.c). */
-void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
+void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event_fn event) HZ_HIDDEN;
 /* Give every quarantined block back to its page (thread exit, trim; page.c). */
 void hz_quarantine_flush(hz_heap_t *heap) HZ_HIDDEN;
 #endif

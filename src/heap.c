@@ -26,8 +26,6 @@ _Atomic uint64_t hz_upkeep_due;
  * up to this much in all: short-lived threads then cost no madvise and page-fault
  * round trip.  Beyond it, exiting threads purge. */
 #define ABANDONED_DIRTY_MAX ((size_t)HZ_DIRTY_BUDGET)
-/* Blocks freed into a heap nobody owns are collected this soon. */
-#define UPKEEP_MAIL_DELAY_MS (HZ_PURGE_DELAY_MS / 4 + 1)
 
 hz_lock_t *hz_heaps_lock(void) { return &heaps_lock; }
 hz_lock_t *hz_exit_lock(void) { return &exit_lock; }
@@ -139,21 +137,6 @@ static uint64_t earliest(uint64_t a, uint64_t b) {
     return b != 0 && b < a ? b : a;
 }
 
-/* Ask for upkeep at `when` (ms) unless it is due earlier already. */
-static void upkeep_at(uint64_t when) {
-    uint64_t cur = atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed);
-    while (when != 0 && (cur == 0 || when < cur) &&
-           !atomic_compare_exchange_weak_explicit(&hz_upkeep_due, &cur, when,
-                                                  memory_order_relaxed, memory_order_relaxed)) {
-    }
-}
-
-/* A thread posted blocks to a heap that nobody owns. */
-void hz_upkeep_mail(void) {
-    if (atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed) == 0)
-        upkeep_at(hz_os_now_ms() + UPKEEP_MAIL_DELAY_MS);
-}
-
 /* Give up a heap at thread exit: it goes, tidied, to the abandoned list. */
 void hz_heap_abandon(hz_heap_t *heap) {
     hz_heap_tidy(heap, HZ_TIDY_TIMED);
@@ -172,7 +155,7 @@ void hz_heap_abandon(hz_heap_t *heap) {
     heap_note(heap, HZ_HEAP_ABANDONED);
     list_push(heap);
     hz_lock_release(&heaps_lock);
-    upkeep_at(purge_at);
+    hz_upkeep_at(purge_at);
     if (hz_inbox_pending(heap)) hz_upkeep_mail();
 }
 
@@ -225,7 +208,7 @@ void hz_upkeep_run(void) {
     atomic_store_explicit(&hz_upkeep_due, 0, memory_order_relaxed);
     uint64_t next = earliest(tidy_abandoned(HZ_TIDY_TIMED), tidy_exit_heap(HZ_TIDY_TIMED));
     hz_lock_release(&upkeep_lock);
-    upkeep_at(next);
+    hz_upkeep_at(next);
 }
 
 /* malloc_trim: everything nobody owns, purged and its empty segments released. */

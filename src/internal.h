@@ -258,11 +258,19 @@ bool hz_segment_cache_trim(void) HZ_HIDDEN;
 /* A page of class cls with a free block, made current (NULL: no memory).  The caller
  * (alloc.c) collects the heap's remote frees first. */
 hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) HZ_HIDDEN;
+typedef void (*hz_page_event_fn)(hz_heap_t *heap, hz_page_t *page);
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;
 
 /* ---------------------------------------------------------------- remote */
-void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) HZ_HIDDEN;
+/* What a remote free leaves its caller (alloc.c) to do: nothing; the ticks that
+ * posting blocks to their owners is due (the upkeep of heaps nobody owns, stats
+ * publishing: layers above this one); or those and, for a thread that had no heap
+ * yet (its block went alone), to make it one. */
+enum hz_remote_after { HZ_REMOTE_DONE, HZ_REMOTE_POSTED, HZ_REMOTE_NEEDS_HEAP };
+/* A free of owner's block p by heap's thread: what hz_free_remote_fast (remote.h)
+ * did not take. */
+enum hz_remote_after hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) HZ_HIDDEN;
 void hz_heap_collect(hz_heap_t *heap) HZ_HIDDEN;
 void hz_outbox_flush_all(hz_heap_t *heap) HZ_HIDDEN;
 bool hz_inbox_pending(hz_heap_t *heap) HZ_HIDDEN;
@@ -321,7 +329,23 @@ void hz_heaps_visit(hz_heap_visit_fn fn, void *arg) HZ_HIDDEN;
  * whichever thread passes through a slow path once it is due (ms; 0: nothing due). */
 extern _Atomic uint64_t hz_upkeep_due HZ_HIDDEN;
 void hz_upkeep_run(void) HZ_HIDDEN;
-void hz_upkeep_mail(void) HZ_HIDDEN;
+/* Ask for upkeep at `when` (ms) unless it is due earlier already.  Inline, with
+ * hz_upkeep_mail, so that posting to a heap nobody owns (remote.c, a layer below
+ * heap.c) only writes the word that upkeep reads. */
+HZ_INLINE void hz_upkeep_at(uint64_t when) {
+    uint64_t cur = atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed);
+    while (when != 0 && (cur == 0 || when < cur) &&
+           !atomic_compare_exchange_weak_explicit(&hz_upkeep_due, &cur, when,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+/* Blocks freed into a heap nobody owns are collected this soon. */
+#define HZ_UPKEEP_MAIL_DELAY_MS (HZ_PURGE_DELAY_MS / 4 + 1)
+/* A thread posted blocks to a heap that nobody owns. */
+HZ_INLINE void hz_upkeep_mail(void) {
+    if (atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed) == 0)
+        hz_upkeep_at(hz_os_now_ms() + HZ_UPKEEP_MAIL_DELAY_MS);
+}
 HZ_INLINE void hz_upkeep_tick(void) {
     if (hz_unlikely(atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed) != 0))
         hz_upkeep_run();
@@ -336,6 +360,8 @@ void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) HZ_HIDDEN;
+/* The free path's page event: a tick of the stats publisher, then hz_page_free_event. */
+void hz_free_event(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 /* Behind hz_free_fast: p, in a page of the caller's heap, starts no block: a
  * heap-profile sample's pointer (prof.c), or reported. */
 void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;

@@ -209,15 +209,8 @@ static bool retire_kept(hz_heap_t *heap) {
     return any;
 }
 
-/* Pages empty and fill again often where a class holds a few blocks (2.8 % of the
- * frees of uniform 16-32768 B): with stats on, a publishing tick at each such event
- * cost 1 % of that loop, so one event in PAGE_EVENTS_PER_TICK ticks; the allocation
- * slow path ticks every time. */
-#define PAGE_EVENTS_PER_TICK 16
-
 /* After a free dropped a page to zero used blocks, or a full page got enough back. */
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
-    hz_shm_tick_one_in(&heap->page_events, PAGE_EVENTS_PER_TICK);
     bool was_full = !page->in_queue;
     if (was_full) page->used += full_offset(page);
     /* Below zero: more frees than blocks handed out. */
@@ -245,18 +238,18 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
 
 /* A quarantined block links to the end of a list (so a second free of it is seen)
  * and is zero after that word; anything else was written after free. */
-static void quarantine_release(hz_heap_t *heap, void *p) {
+static void quarantine_release(hz_heap_t *heap, void *p, hz_page_event_fn event) {
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
     const uint64_t *w = p;
     size_t n = page->block_size < QUARANTINE_CHECK ? page->block_size : QUARANTINE_CHECK;
     uint64_t acc = hz_link_rel(p) ^ ((uintptr_t)p & HZ_SEGMENT_MASK);
     for (size_t i = 1; i < n / 8; i++) acc |= w[i];
     if (acc != 0) hz_report_corrupt(p, page->block_size);
-    hz_page_push(heap, page, p);
+    hz_page_push_then(heap, page, p, event);
 }
 
 /* p was checked to start a block (hz_freed_block_page). */
-void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
+void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event_fn event) {
     if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
     hz_stat_inc(heap->stats.frees[page->cls]);
     memset(p, 0, page->block_size);
@@ -264,14 +257,14 @@ void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p) {
     uint32_t i = heap->quarantine_next++ % HZ_QUARANTINE;
     void *old = heap->quarantine[i];
     heap->quarantine[i] = p;
-    if (old != NULL) quarantine_release(heap, old);
+    if (old != NULL) quarantine_release(heap, old, event);
 }
 
 void hz_quarantine_flush(hz_heap_t *heap) {
     for (uint32_t i = 0; i < HZ_QUARANTINE; i++) {
         void *p = heap->quarantine[i];
         heap->quarantine[i] = NULL;
-        if (p != NULL) quarantine_release(heap, p);
+        if (p != NULL) quarantine_release(heap, p, hz_page_free_event);
     }
 }
 #endif

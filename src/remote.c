@@ -11,14 +11,17 @@
  * overlap, where a list linked through the blocks made it wait for each block's
  * line, last written by the other core, before it could find the next.
  *
- * A thread without a heap (past its heap's destructor, or out of memory for one)
- * has no batches: it pushes each block alone onto the owner's loose list, linked
- * through the block as every free list is (freelist.h).  At most HZ_OUTBOX_WAYS *
- * HZ_REMOTE_BATCH blocks per thread are in flight (plus, in the scale and mt
- * variants, HZ_STASH_BLOCKS per class kept for the freeing thread's own reuse:
- * stash.c).  The owner checks each block in full as it takes it in.
+ * The common free only adds an address to an open batch, inline in the free path
+ * (remote.h); what is posted here is ticked by that caller (alloc.c).  A thread
+ * without a heap (at its first free, before its caller makes it one; past its heap's
+ * destructor; out of memory for one) has no batches: it pushes each block alone
+ * onto the owner's loose list, linked through the block as every free list is
+ * (freelist.h).  At most HZ_OUTBOX_WAYS * HZ_REMOTE_BATCH blocks per thread are in
+ * flight (plus, in the scale and mt variants, HZ_STASH_BLOCKS per class kept for the
+ * freeing thread's own reuse: stash.c).  The owner checks each block in full as it
+ * takes it in.
  */
-#include "freelist.h"
+#include "remote.h"
 
 /* Senders spread over the owner's inbox shards by their own heap's address. */
 static void inbox_push(hz_heap_t *owner, const hz_heap_t *sender, hz_batch_t *batch) {
@@ -72,15 +75,15 @@ static void outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
     inbox_push(box->dest, heap, b);
     posted(box->dest);
     hz_stat_inc(heap->stats.remote_batches);
-    hz_upkeep_tick();
-    hz_shm_tick();
 }
 
 /* The rest of outbox_append: another owner's batch to post first, no batch yet, or
- * the block that fills the batch. */
-static HZ_NOINLINE void outbox_append_slow(hz_heap_t *heap, hz_outbox_t *box, hz_heap_t *owner,
-                                           void *p) {
+ * the block that fills the batch.  HZ_REMOTE_POSTED if it posted anything. */
+static HZ_NOINLINE enum hz_remote_after outbox_append_slow(hz_heap_t *heap, hz_outbox_t *box,
+                                                           hz_heap_t *owner, void *p) {
+    enum hz_remote_after after = HZ_REMOTE_DONE;
     if (box->dest != owner) {
+        if (box->batch != NULL && box->batch->count != 0) after = HZ_REMOTE_POSTED;
         outbox_flush(heap, box);
         box->dest = owner;
     }
@@ -88,31 +91,19 @@ static HZ_NOINLINE void outbox_append_slow(hz_heap_t *heap, hz_outbox_t *box, hz
     if (hz_unlikely(b == NULL) && (b = box->batch = batch_get(heap)) == NULL) {
         loose_push(owner, p); /* no memory for a batch */
         posted(owner);
-        return;
+        return HZ_REMOTE_POSTED;
     }
     b->blocks[b->count++] = p;
-    if (b->count >= HZ_REMOTE_BATCH) outbox_flush(heap, box);
+    if (b->count < HZ_REMOTE_BATCH) return after;
+    outbox_flush(heap, box);
+    return HZ_REMOTE_POSTED;
 }
 
-HZ_INLINE hz_outbox_t *outbox_for(hz_heap_t *heap, const hz_heap_t *owner) {
-    return &heap->outbox[((uintptr_t)owner >> 12) & (HZ_OUTBOX_WAYS - 1)];
-}
-
-/* Add p, owner's block, to box's open batch if that takes it without being posted;
- * false otherwise (no batch, another owner's, or p would fill it). */
-HZ_INLINE bool outbox_add(hz_outbox_t *box, const hz_heap_t *owner, void *p) {
-    hz_batch_t *b = box->batch;
-    if (box->dest != owner || b == NULL || b->count + 1 >= HZ_REMOTE_BATCH) return false;
-    b->blocks[b->count++] = p;
-    return true;
-}
-
-/* Most remote frees only add an address to a batch: kept free of calls, so that
- * hz_free_remote saves no registers for them. */
-static inline void outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
-    hz_outbox_t *box = outbox_for(heap, owner);
-    if (hz_likely(outbox_add(box, owner, p))) return;
-    outbox_append_slow(heap, box, owner, p);
+/* Into the open batch, or through outbox_append_slow. */
+static inline enum hz_remote_after outbox_append(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+    hz_outbox_t *box = hz_outbox_for(heap, owner);
+    if (hz_likely(hz_outbox_add(box, owner, p))) return HZ_REMOTE_DONE;
+    return outbox_append_slow(heap, box, owner, p);
 }
 
 /* Send everything this heap holds for other heaps on its way (thread exit, trim). */
@@ -123,20 +114,10 @@ void hz_outbox_flush_all(hz_heap_t *heap) {
     for (unsigned c = 1; c < HZ_CLASSES; c++)
         for (void *p; (p = hz_stash_pop(heap, c)) != NULL;) {
             hz_link_clear(p); /* a batched block must not read as linked (take_in) */
-            outbox_append(heap, hz_segment_of(p)->heap, p);
+            (void)outbox_append(heap, hz_segment_of(p)->heap, p);
         }
     for (unsigned i = 0; i < HZ_OUTBOX_WAYS; i++) outbox_flush(heap, &heap->outbox[i]);
 }
-
-/* Whether the sender of a remote free reads the block's page descriptor.  That line
- * is the one the owner writes at every malloc from the page (its list head and
- * count), so reading it costs a transfer from the owner's core and back at nearly
- * every remote free.  The default and debug policies leave the checks to the owner,
- * which takes every block in through take_in, and count the free under the class
- * the segment's unit_class gives.  A stash (scale, mt) reuses blocks without the
- * owner seeing them, and the hardened variant zeroes the block here, so those keep
- * the checks at the sender. */
-#define SENDER_READS_PAGE (HZ_STASH_BLOCKS > 0 || HZ_HARDENED)
 
 /* The sender's checks of a block *p it frees for another heap (a heap-profile
  * sample's pointer becomes its block, as in hz_freed_block_page). */
@@ -156,81 +137,66 @@ HZ_INLINE hz_page_t *sender_check(void **pp) {
     return page;
 }
 
-/* A remote free, counted by the sender. */
-HZ_INLINE void count_sent(hz_heap_t *heap, const void *p, const hz_page_t *page) {
-    hz_stat_inc(heap->stats.remote_sent);
-#if SENDER_READS_PAGE
-    hz_stat_inc(heap->stats.frees[page->cls]);
-#else
-    (void)page;
-    hz_stat_inc(heap->stats.frees[hz_segment_of(p)->unit_class[hz_unit_of(p)]]);
-#endif
-}
-
 /* Into the outbox (or, with a stash, kept); page is p's, read by the sender only
- * where SENDER_READS_PAGE. */
-static inline void remote_batch(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
-    count_sent(heap, p, page);
-#if SENDER_READS_PAGE
-    if (hz_stash_keep(heap, page, p)) return;
+ * where HZ_SENDER_READS_PAGE. */
+static inline enum hz_remote_after remote_batch(hz_heap_t *heap, hz_heap_t *owner, void *p,
+                                                hz_page_t *page) {
+    hz_count_sent(heap, p, page);
+#if HZ_SENDER_READS_PAGE
+    if (hz_stash_keep(heap, page, p)) return HZ_REMOTE_DONE;
 #endif
-    outbox_append(heap, owner, p);
+    return outbox_append(heap, owner, p);
 }
 
-/* A thread with no heap to batch in: at its first free it makes one; past its
- * heap's destructor (or without memory for one) it posts the block alone, linked
- * through it, so checked here whatever the policy (a block pushed twice would make
- * the list a loop).  Out of line, so that hz_free_remote makes no call itself. */
-static HZ_COLD void free_remote_unbatched(hz_heap_t *heap, hz_heap_t *owner, void *p,
-                                          hz_page_t *page) {
-    if (heap == &hz_empty_heap) heap = hz_thread_init(); /* batch from now on */
-    if (heap != NULL && heap != &hz_exiting_heap) {
-        remote_batch(heap, owner, p, page);
-        return;
-    }
+/* A thread with no heap to batch in posts the block alone, linked through it, so
+ * checked here whatever the policy (a block pushed twice would make the list a loop):
+ * past its heap's destructor, without memory for one, and at its first free, after
+ * which its caller makes it a heap to batch in.  Out of line, so that hz_free_remote
+ * makes no call itself. */
+static HZ_COLD enum hz_remote_after free_remote_unbatched(const hz_heap_t *heap,
+                                                          hz_heap_t *owner, void *p,
+                                                          hz_page_t *page) {
     if (page == NULL) page = sender_check(&p);
     __atomic_fetch_add(&hz_heapless_frees[page->cls], 1, __ATOMIC_RELAXED);
     loose_push(owner, p);
     posted(owner);
+    return heap == &hz_empty_heap ? HZ_REMOTE_NEEDS_HEAP : HZ_REMOTE_POSTED;
 }
 
 /* A free for another heap once the sender did its checks (page: p's, or NULL). */
-HZ_INLINE void free_remote_send(hz_heap_t *heap, hz_heap_t *owner, void *p, hz_page_t *page) {
-#if !SENDER_READS_PAGE
+HZ_INLINE enum hz_remote_after free_remote_send(hz_heap_t *heap, hz_heap_t *owner, void *p,
+                                                hz_page_t *page) {
+#if !HZ_SENDER_READS_PAGE
     /* The heaps that threads without one of their own share never get a batch, so
      * none of their outboxes takes a block: the common free needs no other test. */
-    if (hz_likely(outbox_add(outbox_for(heap, owner), owner, p))) {
-        count_sent(heap, p, page);
-        return;
+    if (hz_likely(hz_outbox_add(hz_outbox_for(heap, owner), owner, p))) {
+        hz_count_sent(heap, p, page);
+        return HZ_REMOTE_DONE;
     }
 #endif
-    if (hz_unlikely(hz_heap_shared(heap))) {
-        free_remote_unbatched(heap, owner, p, page);
-        return;
-    }
-    remote_batch(heap, owner, p, page);
+    if (hz_unlikely(hz_heap_shared(heap))) return free_remote_unbatched(heap, owner, p, page);
+    return remote_batch(heap, owner, p, page);
 }
 
-#if !SENDER_READS_PAGE
+#if !HZ_SENDER_READS_PAGE
 /* While the heap profile samples, a sample leaves it when it is freed, not when its
  * owner (idle, maybe) takes it in: the sender reads the page to find it. */
-static HZ_COLD HZ_NOINLINE void free_remote_profiled(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+static HZ_COLD HZ_NOINLINE enum hz_remote_after free_remote_profiled(hz_heap_t *heap,
+                                                                     hz_heap_t *owner, void *p) {
     hz_page_t *page = sender_check(&p);
-    free_remote_send(heap, owner, p, page);
+    return free_remote_send(heap, owner, p, page);
 }
 #endif
 
-void hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
-#if SENDER_READS_PAGE
+enum hz_remote_after hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+#if HZ_SENDER_READS_PAGE
     hz_page_t *page = sender_check(&p);
-    free_remote_send(heap, owner, p, page);
+    return free_remote_send(heap, owner, p, page);
 #else
     if (HZ_SAMPLE_IN_PAGE &&
-        hz_unlikely(atomic_load_explicit(&hz_prof.rate, memory_order_relaxed) != 0)) {
-        free_remote_profiled(heap, owner, p);
-        return;
-    }
-    free_remote_send(heap, owner, p, NULL);
+        hz_unlikely(atomic_load_explicit(&hz_prof.rate, memory_order_relaxed) != 0))
+        return free_remote_profiled(heap, owner, p);
+    return free_remote_send(heap, owner, p, NULL);
 #endif
 }
 
