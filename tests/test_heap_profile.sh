@@ -124,8 +124,10 @@ as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1 &&
     as_nobody test -x "$prog" && as_nobody "$HZSTAT" --version >/dev/null 2>&1; then
     mkdir -p "$tmp/u" && chmod 755 "$tmp" "$tmp/u"
+    # The default 32 MiB planted: with 8, about 16 samples against the 2 MiB site's
+    # 4 left that site on top in about one run in 300 (Poisson counts).
     setpriv --reuid=65534 --regid=65534 --clear-groups \
-        "$HZRUN" -v "$variant" --profile -- "$prog" "$tmp/u" 8 >"$tmp/u.out" 2>"$tmp/u.err" &
+        "$HZRUN" -v "$variant" --profile -- "$prog" "$tmp/u" >"$tmp/u.out" 2>"$tmp/u.err" &
     pid=$!
     pids="$pids $pid"
     if wait_lines "$tmp/u.out" '^phase1' 1 "$pid" "$tmp/u.err"; then
