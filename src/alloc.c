@@ -37,7 +37,7 @@ static HZ_COLD void *class_block_heapless(unsigned cls, bool *zero) {
     hz_heap_t *heap = hz_thread_init();
     if (heap != NULL) return class_block(heap, cls, zero);
     if (hz_tls_heap == &hz_exiting_heap && (heap = hz_exit_heap_lock()) != NULL) {
-        if (__atomic_load_n(&heap->shm_slot, __ATOMIC_RELAXED) == 0) hz_shm_attach(heap);
+        hz_shm_attach(heap); /* its stats slot; nothing once it has one */
         void *p = class_block(heap, cls, zero);
         hz_exit_heap_unlock(heap);
         return p;

@@ -84,12 +84,12 @@ HZ_INLINE void *hz_link_next(const void *block) {
 
 /* Put p, a block of page already checked to start one, back on page's list: LIFO,
  * so the next malloc gets a cache-hot block.  The free fast path, the owner taking
- * remote frees in and the quarantine's release all end here. */
-/* Push p on page's list.  When that empties the page or brings a full one back,
- * `event` takes the page: hz_page_free_event, or the free path's hz_free_event, which
- * also ticks the stats publisher (a layer above pages).  Inline with a constant
- * `event`, the call is direct. */
-HZ_INLINE void hz_page_push_then(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event_fn event) {
+ * remote frees in and the quarantine's release all end here.  When that empties the
+ * page or brings a full one back, `event` takes the page: hz_page_free_event, or the
+ * free path's hz_free_event, which also ticks the stats publisher (a layer above
+ * pages).  Inline with a constant `event`, the call is direct. */
+HZ_INLINE void hz_page_push_then(hz_heap_t *heap, hz_page_t *page, void *p,
+                                 hz_page_event_fn event) {
     hz_link_set(p, page->free);
     page->free = p;
     page->free_is_zero = 0;

@@ -68,13 +68,15 @@ static hz_batch_t *batch_get(hz_heap_t *heap) {
     return b;
 }
 
-static void outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
+/* Post box's batch, if it holds any block: true if it did. */
+static bool outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
     hz_batch_t *b = box->batch;
-    if (b == NULL || b->count == 0) return;
+    if (b == NULL || b->count == 0) return false;
     box->batch = NULL;
     inbox_push(box->dest, heap, b);
     posted(box->dest);
     hz_stat_inc(heap->stats.remote_batches);
+    return true;
 }
 
 /* The rest of outbox_append: another owner's batch to post first, no batch yet, or
@@ -83,8 +85,7 @@ static HZ_NOINLINE enum hz_remote_after outbox_append_slow(hz_heap_t *heap, hz_o
                                                            hz_heap_t *owner, void *p) {
     enum hz_remote_after after = HZ_REMOTE_DONE;
     if (box->dest != owner) {
-        if (box->batch != NULL && box->batch->count != 0) after = HZ_REMOTE_POSTED;
-        outbox_flush(heap, box);
+        if (outbox_flush(heap, box)) after = HZ_REMOTE_POSTED;
         box->dest = owner;
     }
     hz_batch_t *b = box->batch;
@@ -95,7 +96,7 @@ static HZ_NOINLINE enum hz_remote_after outbox_append_slow(hz_heap_t *heap, hz_o
     }
     b->blocks[b->count++] = p;
     if (b->count < HZ_REMOTE_BATCH) return after;
-    outbox_flush(heap, box);
+    (void)outbox_flush(heap, box);
     return HZ_REMOTE_POSTED;
 }
 
@@ -116,7 +117,7 @@ void hz_outbox_flush_all(hz_heap_t *heap) {
             hz_link_clear(p); /* a batched block must not read as linked (take_in) */
             (void)outbox_append(heap, hz_segment_of(p)->heap, p);
         }
-    for (unsigned i = 0; i < HZ_OUTBOX_WAYS; i++) outbox_flush(heap, &heap->outbox[i]);
+    for (unsigned i = 0; i < HZ_OUTBOX_WAYS; i++) (void)outbox_flush(heap, &heap->outbox[i]);
 }
 
 /* The sender's checks of a block *p it frees for another heap (a heap-profile
@@ -163,17 +164,10 @@ static HZ_COLD enum hz_remote_after free_remote_unbatched(const hz_heap_t *heap,
     return heap == &hz_empty_heap ? HZ_REMOTE_NEEDS_HEAP : HZ_REMOTE_POSTED;
 }
 
-/* A free for another heap once the sender did its checks (page: p's, or NULL). */
+/* A free for another heap once the sender did its checks (page: p's, or NULL); the
+ * open batch is tried in remote_batch (and before, by hz_free_remote_fast). */
 HZ_INLINE enum hz_remote_after free_remote_send(hz_heap_t *heap, hz_heap_t *owner, void *p,
                                                 hz_page_t *page) {
-#if !HZ_SENDER_READS_PAGE
-    /* The heaps that threads without one of their own share never get a batch, so
-     * none of their outboxes takes a block: the common free needs no other test. */
-    if (hz_likely(hz_outbox_add(hz_outbox_for(heap, owner), owner, p))) {
-        hz_count_sent(heap, p, page);
-        return HZ_REMOTE_DONE;
-    }
-#endif
     if (hz_unlikely(hz_heap_shared(heap))) return free_remote_unbatched(heap, owner, p, page);
     return remote_batch(heap, owner, p, page);
 }
