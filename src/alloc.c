@@ -172,16 +172,9 @@ static HZ_COLD HZ_NOINLINE void free_remote_after(enum hz_remote_after after) {
     hz_shm_tick();
 }
 
-/* Behind hz_free_fast: another heap's block, NULL, a large block, or a pointer that
- * is not ours.  entry is p's segment-map entry. */
-void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
-    if (entry > HZ_SEG_LARGE) { /* a small segment: entry is its owner */
-        hz_heap_t *owner = (hz_heap_t *)entry;
-        if (hz_likely(hz_free_remote_fast(heap, owner, p))) return;
-        enum hz_remote_after after = hz_free_remote(heap, owner, p);
-        if (hz_unlikely(after != HZ_REMOTE_DONE)) free_remote_after(after);
-        return;
-    }
+/* NULL, a large block, or a pointer that is not ours.  Out of line, so that the
+ * remote free's common case saves no register for its calls. */
+static HZ_NOINLINE void free_not_small(void *p) {
     if (p == NULL) return;
     hz_large_t *h = hz_large_header(p);
     if (h != NULL) {
@@ -192,9 +185,22 @@ void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) {
     hz_gstat_add(foreign_frees, 1); /* the dynamic loader's, or another allocator's */
 }
 
+/* Behind hz_free_fast: another heap's block, NULL, a large block, or a pointer that
+ * is not ours.  entry is p's segment-map entry. */
+void hz_free_other(void *p, uintptr_t entry, hz_heap_t *heap) {
+    if (hz_unlikely(entry <= HZ_SEG_LARGE)) {
+        free_not_small(p);
+        return;
+    }
+    hz_heap_t *owner = (hz_heap_t *)entry; /* a small segment: entry is its owner */
+    if (hz_likely(hz_free_remote_fast(heap, owner, p))) return;
+    enum hz_remote_after after = hz_free_remote(p, owner, heap);
+    if (hz_unlikely(after != HZ_REMOTE_DONE)) free_remote_after(after);
+}
+
 #if HZ_HARDENING
 /* Behind hz_free_fast: p, in a page of the caller's heap, starts no block. */
-void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) {
+void hz_free_unaligned(void *p, hz_page_t *page, hz_heap_t *heap) {
     hz_free_block(heap, page, hz_prof_unmark(heap, page, p));
 }
 #endif

@@ -82,13 +82,13 @@ HZ_INLINE void hz_free_fast(void *p) {
     /* A small segment's map entry is its owner: one compare for "this heap's block". */
     uintptr_t entry = hz_segmap_entry((uintptr_t)p);
     if (hz_unlikely(entry != (uintptr_t)heap)) {
-        hz_free_other(heap, p, entry); /* another heap's, NULL, large, or not ours */
+        hz_free_other(p, entry, heap); /* another heap's, NULL, large, or not ours */
         return;
     }
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
 #if HZ_HARDENING
     if (hz_unlikely(!hz_block_carved(page, p))) {
-        hz_free_unaligned(heap, page, p); /* a heap-profile sample, or reported */
+        hz_free_unaligned(p, page, heap); /* a heap-profile sample, or reported */
         return;
     }
 #endif

@@ -270,7 +270,7 @@ void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;
 enum hz_remote_after { HZ_REMOTE_DONE, HZ_REMOTE_POSTED, HZ_REMOTE_NEEDS_HEAP };
 /* A free of owner's block p by heap's thread: what hz_free_remote_fast (remote.h)
  * did not take. */
-enum hz_remote_after hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) HZ_HIDDEN;
+enum hz_remote_after hz_free_remote(void *p, hz_heap_t *owner, hz_heap_t *heap) HZ_HIDDEN;
 void hz_heap_collect(hz_heap_t *heap) HZ_HIDDEN;
 void hz_outbox_flush_all(hz_heap_t *heap) HZ_HIDDEN;
 bool hz_inbox_pending(hz_heap_t *heap) HZ_HIDDEN;
@@ -359,12 +359,14 @@ bool hz_process_ready(void) HZ_HIDDEN;
 void *hz_alloc_slow(size_t size) HZ_HIDDEN;
 void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) HZ_HIDDEN;
-void hz_free_other(hz_heap_t *heap, void *p, uintptr_t entry) HZ_HIDDEN;
+/* free's callees take p first, in the register it arrives in, and the heap last:
+ * the fast path then makes no register copy to call them. */
+void hz_free_other(void *p, uintptr_t entry, hz_heap_t *heap) HZ_HIDDEN;
 /* The free path's page event: a tick of the stats publisher, then hz_page_free_event. */
 void hz_free_event(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 /* Behind hz_free_fast: p, in a page of the caller's heap, starts no block: a
  * heap-profile sample's pointer (prof.c), or reported. */
-void hz_free_unaligned(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
+void hz_free_unaligned(void *p, hz_page_t *page, hz_heap_t *heap) HZ_HIDDEN;
 void *hz_calloc_impl(size_t count, size_t size) HZ_HIDDEN;
 void *hz_realloc_impl(void *p, size_t size) HZ_HIDDEN;
 void *hz_realloc_foreign(void *p, size_t size, void *(*alloc)(size_t)) HZ_HIDDEN;

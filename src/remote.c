@@ -182,7 +182,7 @@ static HZ_COLD HZ_NOINLINE enum hz_remote_after free_remote_profiled(hz_heap_t *
 }
 #endif
 
-enum hz_remote_after hz_free_remote(hz_heap_t *heap, hz_heap_t *owner, void *p) {
+enum hz_remote_after hz_free_remote(void *p, hz_heap_t *owner, hz_heap_t *heap) {
 #if HZ_SENDER_READS_PAGE
     hz_page_t *page = sender_check(&p);
     return free_remote_send(heap, owner, p, page);
