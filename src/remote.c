@@ -72,32 +72,47 @@ static hz_batch_t *batch_get(hz_heap_t *heap) {
 static bool outbox_flush(hz_heap_t *heap, hz_outbox_t *box) {
     hz_batch_t *b = box->batch;
     if (b == NULL || b->count == 0) return false;
+    hz_heap_t *dest = box->dest;
+    box->dest = NULL; /* a box names an owner only while it holds a batch */
     box->batch = NULL;
-    inbox_push(box->dest, heap, b);
-    posted(box->dest);
+    inbox_push(dest, heap, b);
+    posted(dest);
     hz_stat_inc(heap->stats.remote_batches);
     return true;
 }
 
 /* The rest of outbox_append: another owner's batch to post first, no batch yet, or
  * the block that fills the batch.  HZ_REMOTE_POSTED if it posted anything. */
-static HZ_NOINLINE enum hz_remote_after outbox_append_slow(hz_heap_t *heap, hz_outbox_t *box,
-                                                           hz_heap_t *owner, void *p) {
+HZ_INLINE enum hz_remote_after outbox_refill(hz_heap_t *heap, hz_outbox_t *box,
+                                             hz_heap_t *owner, void *p) {
     enum hz_remote_after after = HZ_REMOTE_DONE;
-    if (box->dest != owner) {
-        if (outbox_flush(heap, box)) after = HZ_REMOTE_POSTED;
-        box->dest = owner;
-    }
+    if (box->dest != owner && outbox_flush(heap, box)) after = HZ_REMOTE_POSTED;
+    /* No owner without a batch: a box without one names none (outbox_flush), and
+     * a box whose batch is empty may take a new owner. */
     hz_batch_t *b = box->batch;
     if (hz_unlikely(b == NULL) && (b = box->batch = batch_get(heap)) == NULL) {
         loose_push(owner, p); /* no memory for a batch */
         posted(owner);
         return HZ_REMOTE_POSTED;
     }
+    box->dest = owner; /* after its batch */
     b->blocks[b->count++] = p;
     if (b->count < HZ_REMOTE_BATCH) return after;
     (void)outbox_flush(heap, box);
     return HZ_REMOTE_POSTED;
+}
+
+/* outbox_refill, marked busy for fork (heap.c): a child that fork left inside it
+ * from a signal handler, between two of outbox_flush's stores, could find a box
+ * holding a batch for no owner; it does not keep the heap. */
+static HZ_NOINLINE enum hz_remote_after outbox_append_slow(hz_heap_t *heap, hz_outbox_t *box,
+                                                           hz_heap_t *owner, void *p) {
+    heap->busy++;
+    atomic_signal_fence(memory_order_seq_cst);
+    enum hz_remote_after after = outbox_refill(heap, box, owner, p);
+    atomic_signal_fence(memory_order_seq_cst);
+    heap->busy--;
+    return after;
 }
 
 /* Into the open batch, or through outbox_append_slow. */

@@ -26,10 +26,11 @@ HZ_INLINE hz_outbox_t *hz_outbox_for(hz_heap_t *heap, const hz_heap_t *owner) {
 }
 
 /* Add p, owner's block, to box's open batch if that takes it without being posted;
- * false otherwise (no batch, another owner's, or p would fill it). */
+ * false otherwise (no batch, another owner's, or p would fill it).  A box names an
+ * owner only while it holds a batch (remote.c), so one compare covers the first two. */
 HZ_INLINE bool hz_outbox_add(hz_outbox_t *box, const hz_heap_t *owner, void *p) {
     hz_batch_t *b = box->batch;
-    if (box->dest != owner || b == NULL || b->count + 1 >= HZ_REMOTE_BATCH) return false;
+    if (box->dest != owner || b->count + 1 >= HZ_REMOTE_BATCH) return false;
     b->blocks[b->count++] = p;
     return true;
 }

@@ -261,8 +261,8 @@ typedef struct hz_batch {
 
 /* Remote frees waiting to be posted to one owner. */
 typedef struct hz_outbox {
-    struct hz_heap *dest;
-    hz_batch_t *batch; /* NULL until the first block */
+    struct hz_heap *dest; /* the owner of the open batch; NULL while there is none */
+    hz_batch_t *batch;    /* NULL until the first block, and after a post */
 } hz_outbox_t;
 
 
