@@ -7,6 +7,8 @@
 #     line;
 #   - fixed seeds make the printed checksum reproducible, and a different seed
 #     changes it;
+#   - bench_core_latency, the cross-core probe, prints a round trip with two
+#     CPUs and says there is none to measure with one;
 #   - an allocation failure gives exit status 1 (only without LD_PRELOAD,
 #     because it relies on an address-space limit).
 # The programs use whatever malloc is in the process, so the script can also
@@ -19,7 +21,7 @@ BENCH_DIR=${BENCH_DIR:-bench}
 
 PROGRAMS="bench_random_mixed_malloc_args bench_random_mixed_malloc_dist
 bench_random_mixed_mt_remote_malloc bench_larson bench_cache_scratch
-bench_xmalloc bench_realloc_string bench_rss_plateau"
+bench_xmalloc bench_realloc_string bench_rss_plateau bench_core_latency"
 
 passed=0
 failed=0
@@ -353,6 +355,32 @@ if [ -n "$c1" ] && [ "$c1" = "$c2" ]; then
     pass "mt_remote checksum independent of ring size"
 else
     fail "mt_remote checksum depends on ring size ($c1 vs $c2)"
+fi
+
+# --------------------------------------------------------- core latency
+# The cross-core probe hzbench runs around multi-threaded cells: a round trip
+# in ns with two CPUs, "-" with one (taskset), exit 2 on bad arguments.
+expect_usage bench_core_latency 0
+expect_usage bench_core_latency 1 2
+expect_usage bench_core_latency x
+run bench_core_latency 2000
+if [ "$(nproc 2>/dev/null || echo 1)" -lt 2 ]; then
+    echo "SKIP: bench_core_latency round trip (one CPU)"
+elif [ "$RC" -eq 0 ] && grep -Eq '^\[bench_core_latency\] cpus=[0-9]+,[0-9]+ round_trips=2000 rtt_ns=[1-9][0-9]*$' "$OUT"; then
+    pass "bench_core_latency prints the round trip between two CPUs"
+else
+    fail "bench_core_latency 2000: exit $RC, output '$(head -1 "$OUT")'"
+fi
+first_cpu=$(taskset -pc $$ 2>/dev/null | sed -n 's/.*: *\([0-9]*\).*/\1/p')
+if [ -n "$first_cpu" ]; then
+    RC=0
+    taskset -c "$first_cpu" "$BENCH_DIR/bench_core_latency" >"$OUT" 2>"$ERR" || RC=$?
+    if [ "$RC" -eq 0 ] &&
+        grep -Eq "^\[bench_core_latency\] cpus=$first_cpu round_trips=0 rtt_ns=-\$" "$OUT"; then
+        pass "bench_core_latency on one CPU says there is nothing to measure"
+    else
+        fail "bench_core_latency on one CPU: exit $RC, output '$(head -1 "$OUT")'"
+    fi
 fi
 
 # -------------------------------------------------------- allocation failure

@@ -6,6 +6,10 @@
 #     CPU), records the alternating run order, and writes results.json (valid
 #     JSON), summary.md (a table with both allocators and a ratio column) and,
 #     when gnuplot is installed, chart.png;
+#   - each run of the multi-threaded cell is preceded and followed by the
+#     cross-core probe (bench_core_latency), recorded in results.json, the log
+#     and a column of summary.md; a cell's runs are split by machine state
+#     only when the probes span two (checked on made-up runs); --no-probe;
 #   - a program whose checksum changes from run to run is reported as a
 #     checksum mismatch with exit status 1;
 #   - a library given with --peer NAME=PATH (a copy of libhakozuna.so) is
@@ -154,6 +158,79 @@ if [ -f "$S" ] && grep -q '^| allocator | median Mops/s | min | max | ratio to b
     pass "summary.md has a table per cell with both allocators and the ratio column"
 else
     fail "summary.md lacks the per-cell tables with hakozuna, glibc and ratios"
+fi
+
+# ------------------------------------------------------- cross-core probe
+# Every run of the multi-threaded cell has the round trips measured just before
+# and after it (bench_core_latency); the single-threaded cell's runs have none.
+# With one CPU to run on there is nothing to measure, and no run has them.
+ncpu=$(nproc 2>/dev/null || echo 1)
+if python3 - "$OUT/results.json" "$ncpu" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+st, mt = r["cells"]
+assert all("core_rtt_ns" not in x for x in st["runs"]), "no probe around a single thread"
+if int(sys.argv[2]) >= 2:
+    for x in mt["runs"]:
+        v = x["core_rtt_ns"]
+        assert len(v) == 2 and all(isinstance(n, int) and 0 < n < 10**7 for n in v), v
+    assert mt["stats"]["hakozuna"]["median_core_rtt_ns"] > 0
+else:
+    assert all("core_rtt_ns" not in x for x in mt["runs"]), "one CPU: no probe"
+EOF
+then
+    pass "the multi-threaded cell's runs have the cross-core round trip before and after them"
+else
+    fail "results.json lacks the cross-core probes of the multi-threaded runs"
+fi
+if [ "$ncpu" -lt 2 ] || { grep -q 'cross-core round trip ns' "$S" &&
+    [ "$(grep -c '^\[PROBE\] core_rtt_ns=[0-9]' "$OUT/mt_tiny.log")" -eq 8 ] &&
+    ! grep -q '^\[PROBE\]' "$OUT/st_tiny.log"; }; then
+    pass "summary.md has the round-trip column; mt_tiny.log has two probes per run"
+else
+    fail "the round-trip column or the [PROBE] lines of mt_tiny.log are missing"
+fi
+
+# How a cell's runs are split by machine state (machine_states), on made-up runs:
+# two runs near, two far per allocator, one whose state changed during it; and
+# probes within a factor of two are one state.
+if python3 - "$HZBENCH" <<'EOF'
+import importlib.machinery, importlib.util, sys
+loader = importlib.machinery.SourceFileLoader("hzbench", sys.argv[1])
+spec = importlib.util.spec_from_loader("hzbench", loader)
+hz = importlib.util.module_from_spec(spec)
+loader.exec_module(hz)
+allocs = [{"name": "hakozuna", "kind": "hakozuna"}, {"name": "peer", "kind": "peer"}]
+def run(alloc, before, after, mops):
+    return {"alloc": alloc, "ok": True, "core_rtt_ns": [before, after], "ops_per_s": mops * 1e6}
+runs = [run("hakozuna", 100, 110, 40), run("hakozuna", 500, 520, 20),
+        run("peer", 120, 100, 30), run("peer", 480, 510, 25), run("peer", 100, 500, 99)]
+ms = hz.machine_states(runs, allocs)
+assert ms["cut_ns"] == 228 and ms["min_ns"] == 100 and ms["max_ns"] == 520, ms
+assert ms["changed_runs"] == 1, ms
+near, far = ms["states"]
+assert near["best_peer"] == "peer"
+assert abs(near["stats"]["hakozuna"]["ratio_to_best_peer"] - 40 / 30) < 1e-9
+assert far["stats"]["peer"]["runs"] == 1
+assert abs(far["stats"]["hakozuna"]["ratio_to_best_peer"] - 0.8) < 1e-9
+one = [run("hakozuna", 100, 150, 40), run("peer", 190, 120, 30)]
+assert hz.machine_states(one, allocs) is None
+assert hz.machine_states([dict(x, core_rtt_ns=[None, None]) for x in runs], allocs) is None
+EOF
+then
+    pass "runs are split by machine state only when the probes span two states"
+else
+    fail "machine_states splits made-up runs wrongly"
+fi
+
+rc=0
+python3 "$HZBENCH" --builddir "$BUILDDIR" --matrix "$tmp/matrix" --cell mt_tiny --runs 1 \
+    --allocators hakozuna --no-probe --no-chart --out "$tmp/noprobe" >"$tmp/noprobe.out" 2>&1 || rc=$?
+if [ "$rc" -eq 0 ] && ! grep -q PROBE "$tmp/noprobe/mt_tiny.log" &&
+    ! grep -q 'cross-core' "$tmp/noprobe/summary.md"; then
+    pass "--no-probe runs the multi-threaded cell without the probe"
+else
+    fail "--no-probe: exit status $rc, or probes still taken"
 fi
 
 # ------------------------------------------------------------------ chart
