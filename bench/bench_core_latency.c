@@ -4,8 +4,10 @@
  *   bench_core_latency [ROUND_TRIPS]
  *
  * Two threads, pinned to the first two CPUs the process may run on, pass one
- * cache line back and forth ROUND_TRIPS times (default 20000), after a thousand
- * untimed ones, and the program prints the mean round trip in nanoseconds.  It allocates nothing in the timed
+ * cache line back and forth ROUND_TRIPS times (default 20000) or for 50 ms,
+ * whichever ends first, after a thousand untimed ones (or 50 ms of them), and
+ * the program prints the number of timed round trips and their mean in
+ * nanoseconds.  It allocates nothing in the timed
  * part and measures no allocator: tools/hzbench runs it just before each run of
  * a multi-threaded cell, because on a virtual machine the same two CPUs can
  * pass lines three times faster one minute than the next (the host moves the
@@ -36,8 +38,13 @@ static struct {
 
 /* Round trips before the timed ones: the other thread starts and settles. */
 #define WARM_UP 1000
+/* The timed round trips stop after this many seconds, and the warm-up too: on a
+ * loaded machine a round trip waits for the scheduler, and the probe must still
+ * end at once (its mean then says the CPUs are busy). */
+#define TIME_BUDGET 0.05
+/* What the line holds when the other thread is to stop. */
+#define STOP UINT64_MAX
 
-static uint64_t round_trips;
 static int cpu_other;
 
 static void pin(int cpu)
@@ -67,22 +74,26 @@ static bool wait_for(uint64_t want)
     return true;
 }
 
+/* Answers every odd value v with v + 1 (the line then holds an even value until
+ * the next round trip), until STOP. */
 static void *answer(void *arg)
 {
     (void)arg;
     pin(cpu_other);
-    for (uint64_t i = 0; i < WARM_UP + round_trips; i++) {
-        if (!wait_for(2 * i + 1))
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&line.turn, memory_order_acquire);
+        if (v == STOP)
             return NULL;
-        atomic_store_explicit(&line.turn, 2 * i + 2, memory_order_release);
+        if (v & 1)
+            atomic_store_explicit(&line.turn, v + 1, memory_order_release);
     }
-    return NULL;
 }
 
 int main(int argc, char **argv)
 {
     bench_check_argc(USAGE, argc, 0, 1);
-    round_trips = argc > 1 ? bench_arg_u64(USAGE, "ROUND_TRIPS", argv[1], 1, 100000000) : 20000;
+    uint64_t round_trips =
+        argc > 1 ? bench_arg_u64(USAGE, "ROUND_TRIPS", argv[1], 1, 100000000) : 20000;
 
     cpu_set_t allowed;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
@@ -100,18 +111,31 @@ int main(int argc, char **argv)
 
     pthread_t tid;
     bench_thread_create(&tid, answer, NULL);
-    double t0 = 0;
-    for (uint64_t i = 0; i < WARM_UP + round_trips; i++) {
-        if (i == WARM_UP)
-            t0 = bench_now();
+    /* Round trip i sends 2i + 1 and waits for 2i + 2.  The clock is read every 64
+     * round trips, so that reading it adds little to what is measured. */
+    double start = bench_now(), t0 = 0;
+    bool timing = false;
+    uint64_t i = 0, timed = 0;
+    for (;;) {
         atomic_store_explicit(&line.turn, 2 * i + 1, memory_order_release);
         if (!wait_for(2 * i + 2))
             bench_fatal("CPU %d did not answer for a second", cpu_other);
+        i++;
+        if (!timing) {
+            if (i >= WARM_UP || (i % 64 == 0 && bench_now() - start > TIME_BUDGET)) {
+                timing = true;
+                t0 = bench_now();
+            }
+            continue;
+        }
+        if (++timed == round_trips || (timed % 64 == 0 && bench_now() - t0 > TIME_BUDGET))
+            break;
     }
     double t1 = bench_now();
+    atomic_store_explicit(&line.turn, STOP, memory_order_release);
     bench_thread_join(tid);
 
     printf("[" PROG "] cpus=%d,%d round_trips=%" PRIu64 " rtt_ns=%.0f\n", cpus[0], cpus[1],
-           round_trips, (t1 - t0) * 1e9 / (double)round_trips);
+           timed, (t1 - t0) * 1e9 / (double)timed);
     return 0;
 }

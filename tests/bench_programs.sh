@@ -359,14 +359,15 @@ fi
 
 # --------------------------------------------------------- core latency
 # The cross-core probe hzbench runs around multi-threaded cells: a round trip
-# in ns with two CPUs, "-" with one (taskset), exit 2 on bad arguments.
+# in ns with two CPUs (at most 2000 of them here; fewer when the machine is so
+# busy that 50 ms pass first), "-" with one (taskset), exit 2 on bad arguments.
 expect_usage bench_core_latency 0
 expect_usage bench_core_latency 1 2
 expect_usage bench_core_latency x
 run bench_core_latency 2000
 if [ "$(nproc 2>/dev/null || echo 1)" -lt 2 ]; then
     echo "SKIP: bench_core_latency round trip (one CPU)"
-elif [ "$RC" -eq 0 ] && grep -Eq '^\[bench_core_latency\] cpus=[0-9]+,[0-9]+ round_trips=2000 rtt_ns=[1-9][0-9]*$' "$OUT"; then
+elif [ "$RC" -eq 0 ] && grep -Eq '^\[bench_core_latency\] cpus=[0-9]+,[0-9]+ round_trips=[1-9][0-9]* rtt_ns=[1-9][0-9]*$' "$OUT"; then
     pass "bench_core_latency prints the round trip between two CPUs"
 else
     fail "bench_core_latency 2000: exit $RC, output '$(head -1 "$OUT")'"

@@ -171,10 +171,11 @@ r = json.load(open(sys.argv[1]))
 st, mt = r["cells"]
 assert all("core_rtt_ns" not in x for x in st["runs"]), "no probe around a single thread"
 if int(sys.argv[2]) >= 2:
+    # None where a probe failed (its other thread kept off its CPU for a second)
     for x in mt["runs"]:
         v = x["core_rtt_ns"]
-        assert len(v) == 2 and all(isinstance(n, int) and 0 < n < 10**7 for n in v), v
-    assert mt["stats"]["hakozuna"]["median_core_rtt_ns"] > 0
+        assert len(v) == 2 and all(n is None or (isinstance(n, int) and n > 0) for n in v), v
+    assert any(n for x in mt["runs"] for n in x["core_rtt_ns"]), "some probe measured"
 else:
     assert all("core_rtt_ns" not in x for x in mt["runs"]), "one CPU: no probe"
 EOF
@@ -184,7 +185,7 @@ else
     fail "results.json lacks the cross-core probes of the multi-threaded runs"
 fi
 if [ "$ncpu" -lt 2 ] || { grep -q 'cross-core round trip ns' "$S" &&
-    [ "$(grep -c '^\[PROBE\] core_rtt_ns=[0-9]' "$OUT/mt_tiny.log")" -eq 8 ] &&
+    [ "$(grep -c '^\[PROBE\] core_rtt_ns=' "$OUT/mt_tiny.log")" -eq 8 ] &&
     ! grep -q '^\[PROBE\]' "$OUT/st_tiny.log"; }; then
     pass "summary.md has the round-trip column; mt_tiny.log has two probes per run"
 else
