@@ -50,8 +50,9 @@
 
 #if HZ_DEBUG
 
-/* A block is handed out by the thread that owns its page (the epochs and the page's
- * `used` count are read and written by that thread only). */
+/* A block is handed out by the thread that owns its page, or under the lock of the
+ * exit heap (the epochs and the pages' `used` counts are read and written so only;
+ * see page_lock). */
 #if HZ_STASH_BLOCKS
 #error "the checked variant needs the default policies: no per-thread stash"
 #endif
@@ -476,6 +477,35 @@ HZ_INLINE void *core_alloc(size_t n) {
     return b;
 }
 
+/* The first block of a page has just been handed out: unless another block of the
+ * page is out (in use, or freed and waiting in the quarantine), a new lifetime of the
+ * page begins, and its epoch moves on (every lifetime begins so; a page merely
+ * emptied only loses the marks of its free blocks).  Nothing of a new lifetime can
+ * have been freed yet.  The caller makes this one step with the core's changes to
+ * the page (see page_lock). */
+static bool lifetime_begins(hz_segment_t *seg, const hz_page_t *page) {
+    if (page->used != 1) return false;
+    _Atomic uint32_t *e = unit_epoch(seg, page->first_unit);
+    atomic_store_explicit(e, atomic_load_explicit(e, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return true;
+}
+
+/* The page's count, list and epoch are changed by whatever hands out its blocks: a
+ * heap's own thread, or for the exit heap, which threads past their heap's
+ * destructor share, whoever holds its lock.  core_alloc let go of that lock; it is
+ * taken again while hand_out reads the page, or else another thread could hand out
+ * and free a block of the page between lifetime_begins' test and its move, leaving
+ * that block marked with the old epoch and reported when it leaves the quarantine.
+ * *shared is the exit heap, locked, or NULL; false when the lock cannot be had. */
+static bool page_lock(hz_segment_t *seg, hz_heap_t **shared) {
+    *shared = NULL;
+    if (atomic_load_explicit(&seg->heap->state, memory_order_relaxed) != HZ_HEAP_SHARED)
+        return true;
+    *shared = hz_exit_heap_lock();
+    return *shared != NULL;
+}
+
 /* Turn the core block b into a block of `size` bytes handed out with `align`
  * (0 for malloc).  zero: the caller's bytes must be zero; core_zeroed: the core
  * block was zeroed (nothing to verify). */
@@ -488,18 +518,15 @@ static void *hand_out(char *b, size_t size, size_t align, bool zero, bool core_z
         hz_segment_t *seg = hz_segment_of(b);
         hz_page_t *page = hz_page_of(seg, b);
         bs = page->block_size;
-        /* The first block of a page with no other block out: a new lifetime of the
-         * page (every lifetime begins so; a page merely emptied only loses the marks
-         * of its free blocks).  Nothing of this lifetime can have been freed yet.  The
-         * page's owner is the only writer of the epoch. */
-        if (b == page->start && page->used == 1) {
-            _Atomic uint32_t *e = unit_epoch(seg, page->first_unit);
-            atomic_store_explicit(e, atomic_load_explicit(e, memory_order_relaxed) + 1,
-                                  memory_order_relaxed);
-            check = false;
+        hz_heap_t *shared;
+        if (page_lock(seg, &shared)) {
+            if (b == page->start && lifetime_begins(seg, page)) check = false;
+            check_next(page, b);
+            if (shared != NULL) hz_exit_heap_unlock(shared);
+        } else {
+            check = false; /* the page cannot be read safely: no check of the block */
         }
         mark = small_mark(seg, page, b);
-        check_next(page, b);
     } else {
         bs = hz_large_header(b)->usable;
         mark = large_mark(b, bs);
