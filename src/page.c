@@ -147,14 +147,15 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     return page;
 }
 
-/* A page that ran out of free blocks leaves its queue, and comes back when an eighth
+/* A page that ran out of free blocks leaves its queue, and comes back when a quarter
  * of its blocks were freed, not at the first: with a large live set and scattered
  * frees, pages that came back with one block each made a refill (and a cold first
- * block) of every other malloc.  Its `used` is lowered by this offset meanwhile, so
- * that the free fast path's one test for zero finds that moment; up to an eighth of
- * a full page's blocks wait for it. */
+ * block) of every other malloc, and at an eighth a refill still came every few
+ * (docs/PERFORMANCE.md).  Its `used` is lowered by this offset meanwhile, so that
+ * the free fast path's one test for zero finds that moment; up to a quarter of a
+ * full page's blocks wait for it. */
 static int32_t full_offset(const hz_page_t *page) {
-    uint32_t back = page->reserved / 8u;
+    uint32_t back = page->reserved / 4u;
     return (int32_t)page->reserved - (int32_t)(back > 0 ? back : 1);
 }
 

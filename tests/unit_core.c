@@ -236,7 +236,7 @@ static void test_kept_pages(void) {
 #endif
 }
 
-/* A page that ran out of blocks rejoins its class's queue once an eighth of its
+/* A page that ran out of blocks rejoins its class's queue once a quarter of its
  * blocks are back, not at the first: in between its freed blocks wait, and the next
  * mallocs come from another page. */
 static void test_full_page_requeue(void) {
@@ -248,7 +248,7 @@ static void test_full_page_requeue(void) {
     /* Fill one page, and take one block of the next. */
     unsigned count = fill_page(n, blocks, MAX_BLOCKS, &first, &next);
     if (next == NULL && count < MAX_BLOCKS) return; /* a malloc failed (reported) */
-    unsigned full = count - 1, back = first->reserved / 8;
+    unsigned full = count - 1, back = first->reserved / 4;
     EXPECT(full == first->reserved && back >= 2, "a page of %u blocks took %u", first->reserved,
            full);
     for (unsigned i = 0; i < back - 1; i++) hz_free(blocks[i]);
