@@ -233,6 +233,21 @@ void hz_os_yield(void) HZ_HIDDEN;
 void *hz_meta_alloc(size_t size) HZ_HIDDEN;
 size_t hz_os_kernel_page_size(void) HZ_HIDDEN; /* the kernel's, never simulated */
 long hz_os_tid(void) HZ_HIDDEN;
+/* Whether the CPU has PREFETCHW (x86-64; set by hz_os_init). */
+extern bool hz_os_prefetchw HZ_HIDDEN;
+/* Ask ahead for the line of p, which this thread is about to write.  Where that line
+ * sits in another core's cache, PREFETCHW fetches it already owned, where a plain
+ * prefetch (what GCC makes of __builtin_prefetch(p, 1) for a generic x86-64) fetches
+ * it shared, and the write then waits for the other copies to be invalidated. */
+HZ_INLINE void hz_prefetch_write(const void *p) {
+#if defined(__x86_64__)
+    if (hz_likely(hz_os_prefetchw)) {
+        __asm__("prefetchw %0" : : "m"(*(const char *)p));
+        return;
+    }
+#endif
+    __builtin_prefetch(p, 1);
+}
 /* Each global lock, and what a fork child does when the forking thread was
  * interrupted inside it: forget the structure it guards. */
 hz_lock_t *hz_meta_lock(void) HZ_HIDDEN;

@@ -9,6 +9,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "internal.h"
 
@@ -40,7 +43,17 @@ size_t hz_os_page_size(void) {
     return ps != 0 ? ps : page_size_init();
 }
 
-void hz_os_init(void) { (void)hz_os_page_size(); }
+bool hz_os_prefetchw;
+
+void hz_os_init(void) {
+    (void)hz_os_page_size();
+#if defined(__x86_64__)
+    /* CPUID 0x80000001, ECX bit 8 (Linux's "3dnowprefetch"): some older Intel
+     * processors lack the instruction. */
+    unsigned a, b, c, d;
+    hz_os_prefetchw = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW) != 0;
+#endif
+}
 
 size_t hz_os_kernel_page_size(void) {
     size_t ps = (size_t)getauxval(AT_PAGESZ);

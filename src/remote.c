@@ -258,10 +258,10 @@ void hz_heap_collect(hz_heap_t *heap) {
             /* The blocks' lines are far (the sender's cache or memory): ask for
              * them a few blocks ahead, so their misses overlap. */
             for (uint32_t i = 0; i < count && i < HZ_COLLECT_AHEAD; i++)
-                __builtin_prefetch(b->blocks[i], 1);
+                hz_prefetch_write(b->blocks[i]);
             for (uint32_t i = 0; i < count; i++) {
                 if (i + HZ_COLLECT_AHEAD < count)
-                    __builtin_prefetch(b->blocks[i + HZ_COLLECT_AHEAD], 1);
+                    hz_prefetch_write(b->blocks[i + HZ_COLLECT_AHEAD]);
                 take_in(heap, b->blocks[i], true);
             }
             n += count;
