@@ -255,6 +255,11 @@ void hz_heap_collect(hz_heap_t *heap) {
             hz_batch_t *next = b->next;
             uint32_t count = b->count;
             if (hz_unlikely(count > HZ_REMOTE_BATCH)) hz_report_corrupt(b, 0);
+            /* The batch's lines are far too: ask for all of them at once, and for the
+             * next batch's first. */
+            for (const char *l = (const char *)b + 64; l < (const char *)&b->blocks[count]; l += 64)
+                __builtin_prefetch(l);
+            if (next != NULL) __builtin_prefetch(next);
             /* The blocks' lines are far (the sender's cache or memory): ask for
              * them a few blocks ahead, so their misses overlap. */
             for (uint32_t i = 0; i < count && i < HZ_COLLECT_AHEAD; i++)
