@@ -257,7 +257,8 @@ void hz_heap_collect(hz_heap_t *heap) {
             if (hz_unlikely(count > HZ_REMOTE_BATCH)) hz_report_corrupt(b, 0);
             /* The batch's lines are far too: ask for all of them at once, and for the
              * next batch's first. */
-            for (const char *l = (const char *)b + 64; l < (const char *)&b->blocks[count]; l += 64)
+            for (const char *l = (const char *)b + HZ_CACHE_LINE; l < (const char *)&b->blocks[count];
+                 l += HZ_CACHE_LINE)
                 __builtin_prefetch(l);
             if (next != NULL) __builtin_prefetch(next);
             /* The blocks' lines are far (the sender's cache or memory): ask for

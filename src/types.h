@@ -149,6 +149,9 @@ static const unsigned hz_segment_cache_slots = HZ_SEGMENT_CACHE;
  * different sets, and the lookup is still one shift, one mask and one load. */
 #define HZ_SEGMENT_COLOURS 16
 
+/* The cache line of the processors hakozuna is tuned for. */
+#define HZ_CACHE_LINE 64
+
 /* Address bits covered by the segment map: pointers above are never ours. */
 #if defined(__x86_64__)
 #define HZ_VA_BITS 47
@@ -231,14 +234,14 @@ typedef struct hz_segment {
     uint8_t unit_class[HZ_UNITS];
     /* Indexed by a page's first unit; a line each, so that free, which reads a
      * descriptor's last word (block_mul), touches one line and not two. */
-    _Alignas(64) hz_page_t pages[HZ_UNITS];
+    _Alignas(HZ_CACHE_LINE) hz_page_t pages[HZ_UNITS];
     /* unit -> page covering it (hz_empty_page if none), in the slice of the
      * segment's colour (hz_unit_pages); the other slices stay untouched. */
     hz_page_t *unit_map[HZ_SEGMENT_COLOURS * HZ_UNITS];
 } hz_segment_t;
 
 _Static_assert(sizeof(hz_segment_t) <= HZ_SEGMENT_HEADER, "segment header too big");
-_Static_assert(sizeof(hz_page_t) <= 64, "page descriptor should fit a cache line");
+_Static_assert(sizeof(hz_page_t) <= HZ_CACHE_LINE, "page descriptor should fit a cache line");
 
 typedef struct hz_page_queue {
     hz_page_t *first, *last; /* pages with free blocks, or not yet known to be full */
