@@ -415,7 +415,7 @@ HZ_INLINE bool hz_sample_due(hz_heap_t *heap, size_t size) {
 /* The heap profile's switch and what every sample reads first, on one cache line
  * (prof.c): a sample reads one line for them, where it read three. */
 struct hz_prof_state {
-    _Alignas(64) _Atomic uint64_t rate;  /* mean bytes between samples; 0: off */
+    _Alignas(HZ_CACHE_LINE) _Atomic uint64_t rate; /* mean bytes between samples; 0: off */
     uint64_t ln2_rate;                   /* rate ln 2: the intervals' scale */
     struct hz_prof_segment *_Atomic seg; /* NULL: nothing to update */
 };

@@ -346,14 +346,14 @@ typedef struct hz_heap {
      * freed; blocks freed one at a time by threads without a heap (linked through
      * the blocks); and this heap's batches that their owners have emptied. */
     struct {
-        _Alignas(64) _Atomic(hz_batch_t *) head;
+        _Alignas(HZ_CACHE_LINE) _Atomic(hz_batch_t *) head;
     } inbox[HZ_INBOX_SHARDS];
-    _Alignas(64) _Atomic(void *) loose;
-    _Alignas(64) _Atomic(hz_batch_t *) returned;
+    _Alignas(HZ_CACHE_LINE) _Atomic(void *) loose;
+    _Alignas(HZ_CACHE_LINE) _Atomic(hz_batch_t *) returned;
     /* Last, on a line of their own: what every heap-profile sample reads, its
      * generator, the heap's name in the traces and the memo's first words (and in
      * the padding, a slow path's count). */
-    _Alignas(64) uint64_t sample_rng;   /* the sampler's xorshift state, 0 until seeded */
+    _Alignas(HZ_CACHE_LINE) uint64_t sample_rng; /* the sampler's xorshift state, 0 until seeded */
     uint32_t shm_slot;                  /* 1 + its thread slot in the segment, 0: none */
     bool sampling;                      /* taking a heap-profile sample (prof.c) */
     uint8_t page_events;                /* hz_page_free_event's calls with stats on (page.c) */
