@@ -5,8 +5,11 @@
 # below (and every program they start) runs on it.  Each program is checked
 # through its output: python3 (allocation-heavy script, checksum compared with
 # a run without the preload), git (a repository of 200 files in 40 commits,
-# gc and fsck), sqlite3 (100,000 rows, aggregates against known values) and,
-# when HZ_TEST_CXX_PROG names it, the C++ test program.  A program that is not
+# gc and fsck), sqlite3 (100,000 rows, aggregates against known values), perl
+# (hashes, regexes and sorts, checksum against a run without the preload), two
+# programs whose threads pass buffers to each other, sort --parallel=2 and
+# xz -T2 (outputs compared with runs without the preload), and, when
+# HZ_TEST_CXX_PROG names it, the C++ test program.  A program that is not
 # installed is counted as skipped; the test fails if any check fails or if no
 # program ran at all.
 #
@@ -247,6 +250,125 @@ ok'
     fi
 }
 
+# ------------------------------------------------------------------- perl
+run_perl() {
+    if ! command -v perl >/dev/null 2>&1; then
+        skip "perl is not installed"
+        return
+    fi
+    cat >"$tmp/churn.pl" <<'EOF'
+use strict;
+use warnings;
+my (%h, @keep);
+my $sum = 0;
+for my $i (1 .. 300000) {
+    my $k = "k" . ($i * 7919 % 100003);
+    $h{$k} .= chr(65 + $i % 26);
+    delete $h{"k" . ($i * 31 % 100003)} if $i % 5 == 0;
+    push @keep, [$i, "v" x ($i % 300)] if $i % 7 == 0;
+    splice(@keep, 0, 1000) if @keep > 20000;
+}
+for my $k (sort keys %h) {
+    $sum = ($sum * 31 + length($h{$k}) + ord(substr($h{$k}, 0, 1))) % 1000000007;
+}
+my $t = join(",", map { $_ x ($_ % 50) } 1 .. 3000);
+$t =~ s/(\d)\1+/$1/g;
+my @w = sort { length($a) <=> length($b) || $a cmp $b } split /,/, $t;
+$sum = ($sum + length($t) + scalar(@w) + length($w[-1]) + scalar(@keep)) % 1000000007;
+print "$sum\n";
+EOF
+    local got want rc
+    got=$(limit perl "$tmp/churn.pl" 2>"$tmp/perl.err")
+    rc=$?
+    want=$(
+        unset LD_PRELOAD
+        limit perl "$tmp/churn.pl" 2>>"$tmp/perl.err"
+    )
+    if ! [[ "$want" =~ ^[0-9]+$ ]]; then
+        fail "perl reference run without the preload failed: $(tail -3 "$tmp/perl.err")"
+    elif [ $rc -ne 0 ]; then
+        fail "perl exited with $rc: $(tail -3 "$tmp/perl.err")"
+    elif [ "$got" != "$want" ]; then
+        fail "perl printed '$got', without the preload '$want'"
+    else
+        pass "perl (checksum $got)"
+    fi
+}
+
+# ------------------------------------------ sort and xz: threads pass buffers
+# Input for both: 1,500,000 lines of numbers, about 20 MB, the same every run.
+make_lines() {
+    [ -s "$tmp/lines.txt" ] && return 0
+    (
+        unset LD_PRELOAD
+        seq 1 1500000 | awk '{ print ($1 * 2654435761) % 1000003, $1, $1 % 97 }' >"$tmp/lines.txt"
+    )
+}
+
+need_lines() {
+    make_lines && return 0
+    fail "$1: could not make its input"
+    return 1
+}
+
+# md5 of a command's standard output, run with or without the preload (first argument).
+digest() {
+    local how=$1
+    shift
+    if [ "$how" = without ]; then
+        (
+            unset LD_PRELOAD
+            limit "$@" | md5sum
+        )
+    else
+        limit "$@" | md5sum
+    fi
+}
+
+run_sort() {
+    if ! command -v sort >/dev/null 2>&1 || ! sort --parallel=2 </dev/null >/dev/null 2>&1; then
+        skip "sort --parallel is not available"
+        return
+    fi
+    need_lines sort || return
+    # --parallel=2 sorts and merges in two threads; -S keeps the input in one buffer.
+    local got want
+    got=$(digest with sort --parallel=2 -S 64M -k1,1n -k2,2n "$tmp/lines.txt" 2>"$tmp/sort.err")
+    want=$(digest without sort -k1,1n -k2,2n "$tmp/lines.txt" 2>>"$tmp/sort.err")
+    if [ -s "$tmp/sort.err" ]; then
+        fail "sort: $(tail -3 "$tmp/sort.err")"
+    elif [ "$got" != "$want" ]; then
+        fail "sort --parallel=2 output differs from a run without the preload"
+    else
+        pass "sort --parallel=2 (1,500,000 lines)"
+    fi
+}
+
+run_xz() {
+    if ! command -v xz >/dev/null 2>&1; then
+        skip "xz is not installed"
+        return
+    fi
+    need_lines xz || return
+    # -T2 compresses blocks of 3 MiB in two threads (the output depends on the block
+    # size, not on the allocator) and decompresses them in two threads.
+    local packed want orig back
+    packed=$(digest with xz -T2 -1 -c "$tmp/lines.txt" 2>"$tmp/xz.err")
+    want=$(digest without xz -T2 -1 -c "$tmp/lines.txt" 2>>"$tmp/xz.err")
+    limit xz -T2 -1 -c "$tmp/lines.txt" >"$tmp/lines.xz" 2>>"$tmp/xz.err"
+    back=$(digest with xz -T2 -d -c "$tmp/lines.xz" 2>>"$tmp/xz.err")
+    orig=$(md5sum <"$tmp/lines.txt")
+    if [ -s "$tmp/xz.err" ]; then
+        fail "xz: $(tail -3 "$tmp/xz.err")"
+    elif [ "$packed" != "$want" ]; then
+        fail "xz -T2 compressed output differs from a run without the preload"
+    elif [ "$back" != "$orig" ]; then
+        fail "xz -T2 -d did not give back its input"
+    else
+        pass "xz -T2 (20 MB compressed and decompressed)"
+    fi
+}
+
 # ------------------------------------------------------------ C++ program
 run_cxx() {
     local prog="${HZ_TEST_CXX_PROG-}"
@@ -271,5 +393,8 @@ run_cxx() {
 run_python
 run_git
 run_sqlite
+run_perl
+run_sort
+run_xz
 run_cxx
 finish
