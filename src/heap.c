@@ -137,15 +137,23 @@ static uint64_t earliest(uint64_t a, uint64_t b) {
     return b != 0 && b < a ? b : a;
 }
 
-/* Give up a heap at thread exit: it goes, tidied, to the abandoned list. */
-void hz_heap_abandon(hz_heap_t *heap) {
-    hz_heap_tidy(heap, HZ_TIDY_TIMED);
+/* A heap about to join the abandoned list keeps its freed memory resident only while
+ * the list's total stays within ABANDONED_DIRTY_MAX; past it, the heap is purged and
+ * its empty segments are released.  Both ways onto the list pass here: a thread's
+ * exit, and upkeep, whose collections of late remote frees empty pages too. */
+static void keep_within_budget(hz_heap_t *heap) {
     bool keep = false;
     if (hz_lock_acquire(&heaps_lock)) {
         keep = abandoned_dirty + heap->dirty_bytes <= ABANDONED_DIRTY_MAX;
         hz_lock_release(&heaps_lock);
     }
     if (!keep) hz_heap_tidy(heap, HZ_TIDY_ALL);
+}
+
+/* Give up a heap at thread exit: it goes, tidied, to the abandoned list. */
+void hz_heap_abandon(hz_heap_t *heap) {
+    hz_heap_tidy(heap, HZ_TIDY_TIMED);
+    keep_within_budget(heap);
     heap_reset(heap);
     uint64_t purge_at = heap->purge_at_ms; /* once listed, the heap is upkeep's */
     if (!hz_lock_acquire(&heaps_lock)) return;
@@ -181,6 +189,7 @@ static uint64_t tidy_abandoned(enum hz_tidy how) {
         hz_heap_t *h = work;
         work = h->next_abandoned;
         hz_heap_tidy(h, how);
+        if (how == HZ_TIDY_TIMED) keep_within_budget(h);
         heap_reset(h);
         next = earliest(next, h->purge_at_ms);
         if (!hz_lock_acquire(&heaps_lock)) continue; /* only from a signal handler: lost */
