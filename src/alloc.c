@@ -224,24 +224,52 @@ static void touch_pages(char *p, size_t size) {
         *(volatile char *)q = 0;
 }
 
+/* The end of a calloc of total bytes at p: cleared, unless zero says its block is
+ * zero past its first word. */
+static void *calloc_clear(void *p, size_t total, bool zero) {
+    if (p == NULL) return NULL;
+    if (!zero) return memset(p, 0, total);
+    *(void **)p = NULL; /* now all of it */
+    if (total <= CALLOC_TOUCH_MAX) touch_pages(p, total);
+    return p;
+}
+
+/* calloc past its fast path: an empty list (also what a large request meets), or
+ * the heap profile's countdown run out (counted: already paid for this request). */
+static HZ_NOINLINE void *calloc_slow(size_t total, bool counted) {
+    bool zero = false;
+    /* A heap-profile sample is fresh as often as any block: treated the same. */
+    void *p = counted ? sample_due(hz_tls_heap, total, 0, &zero) : maybe_sampled(total, 0, &zero);
+    if (p == NULL) {
+        if (total > HZ_MEDIUM_MAX) p = large_alloc(total, 0, &zero);
+        else p = alloc_class(hz_size_class(total), &zero);
+    }
+    return calloc_clear(p, total, zero);
+}
+
+/* malloc's fast path, which knows whether its page's free blocks are freshly carved
+ * from untouched memory (zero but for their links): such a block is not cleared. */
 void *hz_calloc_impl(size_t count, size_t size) {
     size_t total;
-    bool zero = false;
-    void *p;
     if (__builtin_mul_overflow(count, size, &total)) {
         errno = ENOMEM;
         return NULL;
     }
-    /* A heap-profile sample is fresh as often as any block: treated the same. */
-    if ((p = maybe_sampled(total, 0, &zero)) == NULL) {
-        if (total > HZ_MEDIUM_MAX) p = large_alloc(total, 0, &zero);
-        else if ((p = alloc_class(hz_size_class(total), &zero)) != NULL && zero)
-            *(void **)p = NULL; /* zero past its first word: now all of it */
-    }
-    if (p == NULL) return NULL;
-    if (!zero) memset(p, 0, total);
-    else if (total <= CALLOC_TOUCH_MAX) touch_pages(p, total);
-    return p;
+    hz_heap_t *heap = hz_tls_heap;
+    hz_page_t *page = hz_page_for(heap, total);
+    void *block = page->free;
+#if HZ_HARDENING
+    uintptr_t rel = hz_link_rel(block);
+    if (hz_unlikely(rel > HZ_SEGMENT_MASK)) return calloc_slow(total, false);
+    if (hz_unlikely(hz_sample_due(heap, total))) return calloc_slow(total, true);
+    bool zero = page->free_is_zero;
+    return calloc_clear(hz_page_take(heap, page, block, rel), total, zero);
+#else
+    if (hz_unlikely(hz_list_end(block))) return calloc_slow(total, false);
+    if (hz_unlikely(hz_sample_due(heap, total))) return calloc_slow(total, true);
+    bool zero = page->free_is_zero;
+    return calloc_clear(hz_page_pop(heap, page, block), total, zero);
+#endif
 }
 
 /* Usable size of a block glibc handed out (a library bound to it with RTLD_DEEPBIND):

@@ -38,17 +38,20 @@ HZ_INLINE void *hz_page_pop(hz_heap_t *heap, hz_page_t *page, void *block) {
     return hz_page_take(heap, page, block, rel);
 }
 
+/* The page whose list a request of size bytes takes its block from: the size itself
+ * indexes the tables up to 64 KiB.  Above HZ_MEDIUM_MAX, hz_empty_page, whose list
+ * is empty: such a request leaves through the slow path that an empty list takes,
+ * and the fast path makes no compare for it. */
+HZ_INLINE hz_page_t *hz_page_for(const hz_heap_t *heap, size_t size) {
+    if (hz_likely(size <= HZ_DIRECT_MAX)) return heap->direct[(size + 15) >> 4];
+    if (hz_likely(size <= HZ_DIRECT_MID_MAX)) return heap->direct_mid[(size + 255) >> 8];
+    if (hz_likely(size <= HZ_MEDIUM_MAX)) return heap->current[hz_size_class(size)];
+    return &hz_empty_page;
+}
+
 HZ_INLINE void *hz_alloc_fast(size_t size) {
     hz_heap_t *heap = hz_tls_heap;
-    hz_page_t *page;
-    if (hz_likely(size <= HZ_DIRECT_MAX))
-        page = heap->direct[(size + 15) >> 4];
-    else if (hz_likely(size <= HZ_DIRECT_MID_MAX))
-        page = heap->direct_mid[(size + 255) >> 8];
-    else if (hz_likely(size <= HZ_MEDIUM_MAX))
-        page = heap->current[hz_size_class(size)];
-    else
-        return hz_alloc_slow(size);
+    hz_page_t *page = hz_page_for(heap, size);
     void *block = page->free;
     /* The heap profile's countdown (prof.c) is paid by the request that takes a
      * block here, and by the slow paths for the others: one subtract on memory and a
