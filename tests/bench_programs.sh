@@ -10,7 +10,9 @@
 #   - bench_core_latency, the cross-core probe, prints a round trip with two
 #     CPUs and says there is none to measure with one;
 #   - an allocation failure gives exit status 1 (only without LD_PRELOAD,
-#     because it relies on an address-space limit).
+#     because it relies on an address-space limit);
+#   - bench/programs.sh times a real program under glibc's malloc and the
+#     variant under test, and rejects bad arguments.
 # The programs use whatever malloc is in the process, so the script can also
 # be run with LD_PRELOAD set.  Prints "N passed, M failed"; exits 1 on any
 # failure.
@@ -414,6 +416,40 @@ else
             fail "allocation failure: expected exit 1 with an error message, got exit $RC"
         fi
     fi
+fi
+
+# ------------------------------------------- real programs (bench/programs.sh)
+# One round of one program under glibc's malloc and the variant under test: a
+# table row for each, with times and a ratio; bad arguments give exit status 2.
+PROGRAMS_SH="$(dirname "$0")/../bench/programs.sh"
+if [ ! -x /usr/bin/time ] || ! command -v perl >/dev/null 2>&1; then
+    echo "SKIP: bench/programs.sh (needs /usr/bin/time and perl)"
+else
+    variant=${HZ_TEST_VARIANT:-hakozuna}
+    lib=${HZ_TEST_LIBDIR:-$BENCH_DIR/../.libs}/lib$variant.so
+    RC=0
+    env -u LD_PRELOAD bash "$PROGRAMS_SH" --rounds 1 --only perl glibc= "$variant=$lib" \
+        >"$OUT" 2>"$ERR" || RC=$?
+    row='^\| perl \| %s \| [0-9]+\.[0-9]{2} \| [0-9]+\.[0-9]{2} \| [0-9]+\.[0-9]{2} \| [1-9][0-9]* \| [0-9]+\.[0-9]{2} \|$'
+    # shellcheck disable=SC2059
+    if [ "$RC" -eq 0 ] && grep -Eq "$(printf "$row" glibc)" "$OUT" &&
+        grep -Eq "$(printf "$row" "$variant")" "$OUT" &&
+        [ "$(grep -c '^| perl |' "$OUT")" -eq 2 ]; then
+        pass "programs.sh times perl under glibc and $variant"
+    else
+        fail "programs.sh: expected exit 0 and a row per library, got exit $RC"
+        sed 's/^/    stdout: /' "$OUT" | head -5
+    fi
+    for bad in "--rounds 0 glibc=" "--rounds x glibc=" "glibc" "x=/nonexistent/lib.so" "--frobnicate glibc=" ""; do
+        RC=0
+        # shellcheck disable=SC2086
+        bash "$PROGRAMS_SH" $bad >"$OUT" 2>"$ERR" || RC=$?
+        if [ "$RC" -eq 2 ] && [ -s "$ERR" ]; then
+            pass "programs.sh rejects [$bad]"
+        else
+            fail "programs.sh [$bad]: expected exit 2 with a message, got exit $RC"
+        fi
+    done
 fi
 
 echo "$passed passed, $failed failed"

@@ -17,7 +17,7 @@ cd "$top"
 jobs=$(nproc 2>/dev/null || echo 2)
 
 build_deps="build-essential autoconf automake libtool pkg-config python3"
-test_deps="$build_deps g++ libjemalloc-dev git sqlite3 xz-utils valgrind procps cppcheck clang-tidy debhelper lintian rpm man-db fakeroot mandoc"
+test_deps="$build_deps g++ libjemalloc-dev git sqlite3 xz-utils time valgrind procps cppcheck clang-tidy debhelper lintian rpm man-db fakeroot mandoc"
 
 install() {
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
