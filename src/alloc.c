@@ -332,23 +332,54 @@ static HZ_NOINLINE void *realloc_other(void *p, size_t size) {
     return hz_realloc_foreign(p, size, core_malloc);
 }
 
+/* The size a block of usable bytes moves to for a request of size, or 0 when it
+ * stays: it still fits without wasting half of it.  A block that grows is likely to
+ * grow again: a quarter more room (as tcmalloc gives) halves the moves of a string
+ * built piece by piece. */
+HZ_INLINE size_t realloc_target(const hz_page_t *page, size_t usable, size_t size) {
+    if (size <= usable &&
+        (size >= usable / 2 || size <= HZ_ALIGNMENT || hz_size_class(size) == page->cls))
+        return 0;
+    size_t roomy = usable + usable / 4;
+    return size > usable && size < roomy && roomy <= HZ_MEDIUM_MAX ? roomy : size;
+}
+
+/* move_block for p, a block of the caller's heap on page, checked to start one:
+ * free has nothing left to look up. */
+static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *p,
+                                        size_t size) {
+    void *q = hz_alloc_fast(size);
+    if (q == NULL) return NULL;
+    size_t usable = page->block_size;
+    memcpy(q, p, usable < size ? usable : size);
+    hz_free_block(heap, page, p);
+    return q;
+}
+
 void *hz_realloc_impl(void *p, size_t size) {
     if (p == NULL) return hz_alloc_fast(size);
     if (size == 0) { /* as glibc: free and return NULL */
         hz_free_fast(p);
         return NULL;
     }
-    if (hz_segmap_kind((uintptr_t)p) == HZ_SEG_SMALL) {
+    uintptr_t entry = hz_segmap_entry((uintptr_t)p);
+    if (entry > HZ_SEG_LARGE) { /* a small segment's entry is its owner */
         hz_page_t *page = hz_page_of(hz_segment_of(p), p);
+        hz_heap_t *heap = hz_tls_heap;
+        /* The caller's own block, the common case: free needs no second look. */
+        if (hz_likely(entry == (uintptr_t)heap)) {
+#if HZ_HARDENING
+            if (hz_likely(hz_block_carved(page, p)))
+#endif
+            {
+                size_t target = realloc_target(page, page->block_size, size);
+                return target == 0 ? p : move_own_block(heap, page, p, target);
+            }
+        }
+        /* another heap's, a heap-profile sample's, or a pointer that starts no block */
         size_t usable = hz_block_room(page, p); /* before the copy reads a block's worth */
-        if (size <= usable && (size >= usable / 2 || size <= HZ_ALIGNMENT ||
-                               hz_size_class(size) == page->cls))
-            return p; /* still fits without wasting half of it: stay */
-        /* A block that grows is likely to grow again: a quarter more room (as
-         * tcmalloc gives) halves the moves of a string built piece by piece. */
-        size_t roomy = usable + usable / 4;
-        if (size > usable && size < roomy && roomy <= HZ_MEDIUM_MAX) size = roomy;
-        return move_block(p, usable, size);
+        size_t target = realloc_target(page, usable, size);
+        return target == 0 ? p : move_block(p, usable, target);
     }
     return realloc_other(p, size);
 }
