@@ -137,17 +137,15 @@ void *hz_page_pop_far(hz_heap_t *heap, hz_page_t *page, void *block, uintptr_t r
     return hz_page_take(heap, page, block, hz_link_far(page, block, rel));
 }
 
-#if HZ_HARDENING
 /* Behind hz_alloc_fast: the head of page's list did not decode as a link within
  * the segment.  Either the list is empty, or it crosses segments (the stash), or it
- * is broken (hz_link_far tells the last two apart). */
+ * is broken (hz_link_far tells the last two apart).  Without hardening, only empty. */
 void *hz_alloc_off_list(size_t size, hz_page_t *page, void *block, uintptr_t rel) {
-    if (hz_list_end(block)) return hz_alloc_slow(size);
+    if (!HZ_HARDENING || hz_list_end(block)) return hz_alloc_slow(size);
     hz_heap_t *heap = hz_tls_heap;
     if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(heap, page, block, size);
     return hz_page_pop_far(heap, page, block, rel);
 }
-#endif
 
 /* Pages empty and fill again often where a class holds a few blocks (2.8 % of the
  * frees of uniform 16-32768 B): with stats on, a publishing tick at each such event
@@ -258,18 +256,15 @@ void *hz_calloc_impl(size_t count, size_t size) {
     hz_heap_t *heap = hz_tls_heap;
     hz_page_t *page = hz_page_for(heap, total);
     void *block = page->free;
-#if HZ_HARDENING
-    uintptr_t rel = hz_link_rel(block);
-    if (hz_unlikely(rel > HZ_SEGMENT_MASK)) return calloc_slow(total, false);
-    if (hz_unlikely(hz_sample_due(heap, total))) return calloc_slow(total, true);
-    bool zero = page->free_is_zero;
-    return calloc_clear(hz_page_take(heap, page, block, rel), total, zero);
-#else
-    if (hz_unlikely(hz_list_end(block))) return calloc_slow(total, false);
-    if (hz_unlikely(hz_sample_due(heap, total))) return calloc_slow(total, true);
-    bool zero = page->free_is_zero;
-    return calloc_clear(hz_page_pop(heap, page, block), total, zero);
-#endif
+    uintptr_t rel;
+    switch (hz_pop_check(heap, block, total, &rel)) {
+    case HZ_POP_TAKE: {
+        bool zero = page->free_is_zero;
+        return calloc_clear(hz_page_take(heap, page, block, rel), total, zero);
+    }
+    case HZ_POP_SAMPLE: return calloc_slow(total, true);
+    default: return calloc_slow(total, false);
+    }
 }
 
 /* Usable size of a block glibc handed out (a library bound to it with RTLD_DEEPBIND):
@@ -350,7 +345,7 @@ static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *
                                         size_t size) {
     void *q = hz_alloc_fast(size);
     if (q == NULL) return NULL;
-    size_t usable = page->block_size;
+    size_t usable = page->block_size; /* read after the allocation: no register kept */
     memcpy(q, p, usable < size ? usable : size);
     hz_free_block(heap, page, p);
     return q;

@@ -49,25 +49,43 @@ HZ_INLINE hz_page_t *hz_page_for(const hz_heap_t *heap, size_t size) {
     return &hz_empty_page;
 }
 
+/* What the fast path may do with block, the head of the list a request of size
+ * bytes takes from. */
+enum hz_pop { HZ_POP_TAKE, HZ_POP_SAMPLE, HZ_POP_OFF_LIST };
+
+/* HZ_POP_TAKE when block can be handed out now, *rel then its link; HZ_POP_OFF_LIST
+ * when the list is empty or (with hardening) its head's link leaves the segment;
+ * HZ_POP_SAMPLE when the heap profile's countdown (prof.c) runs out.  The countdown
+ * is paid by the request that takes a block here, and by the slow paths for the
+ * others: one subtract on memory and a branch taken only when a sample may be due
+ * (profiling off: every 2^62 bytes).  malloc and calloc share it. */
+HZ_INLINE enum hz_pop hz_pop_check(hz_heap_t *heap, const void *block, size_t size,
+                                   uintptr_t *rel) {
+#if HZ_HARDENING
+    /* The end of a list reads as no link: one compare for "empty" and "broken". */
+    *rel = hz_link_rel(block);
+    if (hz_unlikely(*rel > HZ_SEGMENT_MASK)) return HZ_POP_OFF_LIST;
+#else
+    *rel = 0;
+    if (hz_unlikely(hz_list_end(block))) return HZ_POP_OFF_LIST;
+#endif
+    if (hz_unlikely(hz_sample_due(heap, size))) return HZ_POP_SAMPLE;
+    /* Read here, the take's xor cancels the one in it. */
+    if (!HZ_HARDENING) *rel = hz_link_rel(block);
+    return HZ_POP_TAKE;
+}
+
 HZ_INLINE void *hz_alloc_fast(size_t size) {
     hz_heap_t *heap = hz_tls_heap;
     hz_page_t *page = hz_page_for(heap, size);
     void *block = page->free;
-    /* The heap profile's countdown (prof.c) is paid by the request that takes a
-     * block here, and by the slow paths for the others: one subtract on memory and a
-     * branch taken only when a sample may be due (profiling off: every 2^62 bytes).
-     * Taken, it gets the block this request would have had. */
-#if HZ_HARDENING
-    /* The end of a list reads as no link: one compare for "empty" and "broken". */
-    uintptr_t rel = hz_link_rel(block);
-    if (hz_unlikely(rel > HZ_SEGMENT_MASK)) return hz_alloc_off_list(size, page, block, rel);
-    if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(heap, page, block, size);
-    return hz_page_take(heap, page, block, rel);
-#else
-    if (hz_unlikely(hz_list_end(block))) return hz_alloc_slow(size);
-    if (hz_unlikely(hz_sample_due(heap, size))) return hz_alloc_sampled(heap, page, block, size);
-    return hz_page_pop(heap, page, block);
-#endif
+    uintptr_t rel;
+    switch (hz_pop_check(heap, block, size, &rel)) {
+    case HZ_POP_TAKE: return hz_page_take(heap, page, block, rel);
+    /* A sample gets the block this request would have had. */
+    case HZ_POP_SAMPLE: return hz_alloc_sampled(heap, page, block, size);
+    default: return hz_alloc_off_list(size, page, block, rel);
+    }
 }
 
 /* The end of a free of p, a block of the caller's heap checked to start one. */
