@@ -56,6 +56,13 @@ else
     limit() { "$@"; }
 fi
 
+# A command (or function) run without the library: the reference a run under it is
+# compared with.
+unpreloaded() { (
+    unset LD_PRELOAD
+    "$@"
+); }
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hz-real.XXXXXX") || {
     echo "FAIL: mktemp"
     exit 1
@@ -130,8 +137,8 @@ EOF
     got=$(PYTHONHASHSEED=0 PYTHONMALLOC=malloc limit python3 "$tmp/alloc_heavy.py" 2>"$tmp/py.err")
     local rc=$?
     want=$(
-        unset LD_PRELOAD PYTHONMALLOC
-        PYTHONHASHSEED=0 limit python3 "$tmp/alloc_heavy.py" 2>>"$tmp/py.err"
+        unset PYTHONMALLOC
+        PYTHONHASHSEED=0 unpreloaded limit python3 "$tmp/alloc_heavy.py" 2>>"$tmp/py.err"
     )
     if ! [[ "$want" =~ ^[0-9a-f]{64}$ ]]; then
         fail "python3 reference run without the preload failed: $(tail -3 "$tmp/py.err")"
@@ -280,10 +287,7 @@ EOF
     local got want rc
     got=$(limit perl "$tmp/churn.pl" 2>"$tmp/perl.err")
     rc=$?
-    want=$(
-        unset LD_PRELOAD
-        limit perl "$tmp/churn.pl" 2>>"$tmp/perl.err"
-    )
+    want=$(unpreloaded limit perl "$tmp/churn.pl" 2>>"$tmp/perl.err")
     if ! [[ "$want" =~ ^[0-9]+$ ]]; then
         fail "perl reference run without the preload failed: $(tail -3 "$tmp/perl.err")"
     elif [ $rc -ne 0 ]; then
@@ -299,10 +303,7 @@ EOF
 # Input for both: 1,500,000 lines of numbers, about 20 MB, the same every run.
 make_lines() {
     [ -s "$tmp/lines.txt" ] && return 0
-    (
-        unset LD_PRELOAD
-        seq 1 1500000 | awk '{ print ($1 * 2654435761) % 1000003, $1, $1 % 97 }' >"$tmp/lines.txt"
-    )
+    unpreloaded seq 1 1500000 | unpreloaded awk '{ print ($1 * 2654435761) % 1000003, $1, $1 % 97 }' >"$tmp/lines.txt"
 }
 
 need_lines() {
@@ -316,10 +317,7 @@ digest() {
     local how=$1
     shift
     if [ "$how" = without ]; then
-        (
-            unset LD_PRELOAD
-            limit "$@" | md5sum
-        )
+        unpreloaded limit "$@" | md5sum
     else
         limit "$@" | md5sum
     fi
