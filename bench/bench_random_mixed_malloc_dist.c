@@ -34,13 +34,12 @@
  *
  * Constraints: ITERS >= 1, 1 <= WS <= 2^28, 1 <= MIN <= MAX <= 2^30.
  */
-#include "bench_common.h"
+#include "bench_mixed.h"
 
 #define PROG "bench_random_mixed_malloc_dist"
 
 static const char USAGE[] = PROG " ITERS WS MIN MAX [SEED] [uniform | app | trimix LO1 HI1 PCT1 LO2 HI2 PCT2 LO3 HI3 PCT3]";
 
-#define FREE_MARK (UINT64_C(1) << 63)
 #define MAX_BANDS 4
 
 enum dist_kind { DIST_UNIFORM, DIST_BANDS };
@@ -54,6 +53,7 @@ typedef struct band {
 typedef struct dist {
     enum dist_kind kind;
     const char *name;
+    uint64_t min, span; /* DIST_UNIFORM: [min, min + span) */
     int nbands;
     band bands[MAX_BANDS];
     /* cum[k]: sum of pct[0..k]; a draw r in [0, 100) picks the first band with r < cum[k]. */
@@ -135,13 +135,14 @@ static void setup_trimix(dist *d, char **args, uint64_t min, uint64_t max)
     finish_bands(d);
 }
 
-static inline size_t draw_size(const dist *d, bench_rng *rng, uint64_t min, uint64_t span)
+static inline size_t draw_size(const void *ctx, bench_rng *rng)
 {
+    const dist *d = ctx;
     uint64_t r;
     int k;
 
     if (d->kind == DIST_UNIFORM)
-        return (size_t)(min + bench_rng_below(rng, span));
+        return (size_t)(d->min + bench_rng_below(rng, d->span));
     r = bench_rng_below(rng, 100);
     for (k = 0; k < d->nbands - 1; k++) {
         if (r < d->cum[k])
@@ -175,15 +176,12 @@ static void describe(const dist *d, char *buf, size_t len)
 
 int main(int argc, char **argv)
 {
-    uint64_t iters, ws, min, max, span, i;
+    uint64_t iters, ws, min, max;
     uint64_t seed = BENCH_DEFAULT_SEED;
-    uint64_t mallocs = 0, frees = 0, cs = BENCH_CHECKSUM_INIT;
-    void **slots;
-    bench_rng rng;
     dist d;
     int next = 5;
     char desc[256];
-    double t0, t1;
+    bench_mixed_result r;
 
     bench_check_argc(USAGE, argc, 4, 15);
     iters = bench_arg_u64(USAGE, "ITERS", argv[1], 1, UINT64_MAX);
@@ -221,53 +219,14 @@ int main(int argc, char **argv)
     }
     describe(&d, desc, sizeof desc);
 
-    slots = malloc((size_t)ws * sizeof *slots);
-    if (slots == NULL)
-        bench_oom("malloc", (size_t)ws * sizeof *slots);
-    memset(slots, 0, (size_t)ws * sizeof *slots);
-
-    bench_rng_seed(&rng, seed);
-    span = max - min + 1;
-
-    t0 = bench_now();
-    for (i = 0; i < iters; i++) {
-        const size_t slot = (size_t)bench_rng_below(&rng, ws);
-        void *p = slots[slot];
-
-        if (p != NULL) {
-            if (bench_first_byte(p) != bench_tag(slot))
-                bench_fatal("block in slot %zu was corrupted", slot);
-            free(p);
-            slots[slot] = NULL;
-            frees++;
-            cs = bench_mix(cs, (uint64_t)slot | FREE_MARK);
-        } else {
-            const size_t size = draw_size(&d, &rng, min, span);
-
-            p = malloc(size);
-            if (p == NULL)
-                bench_oom("malloc", size);
-            bench_touch(p, size, bench_tag(slot));
-            slots[slot] = p;
-            mallocs++;
-            cs = bench_mix(cs, ((uint64_t)slot << 32) ^ (uint64_t)size);
-        }
-    }
-    t1 = bench_now();
-
-    for (i = 0; i < ws; i++) {
-        if (slots[i] != NULL) {
-            if (bench_first_byte(slots[i]) != bench_tag(i))
-                bench_fatal("block in slot %" PRIu64 " was corrupted", i);
-            free(slots[i]);
-        }
-    }
-    free(slots);
+    d.min = min;
+    d.span = max - min + 1;
+    r = bench_mixed_run(iters, ws, seed, draw_size, &d);
 
     printf("[" PROG "] iters=%" PRIu64 " ws=%" PRIu64 " min=%" PRIu64 " max=%" PRIu64 " seed=0x%" PRIx64
            " dist=%s mallocs=%" PRIu64 " frees=%" PRIu64
            " ops/s=%.1f time_s=%.6f peak_rss_kb=%ld checksum=0x%016" PRIx64 "\n",
-           iters, ws, min, max, seed, desc, mallocs, frees, bench_rate((double)iters, t1 - t0), t1 - t0,
-           bench_peak_rss_kb(), bench_checksum_final(cs));
+           iters, ws, min, max, seed, desc, r.mallocs, r.frees, bench_rate((double)iters, r.seconds),
+           r.seconds, bench_peak_rss_kb(), r.checksum);
     return 0;
 }
