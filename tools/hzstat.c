@@ -283,27 +283,31 @@ static size_t utf8_len(const unsigned char *p) {
     return n;
 }
 
-/* A JSON string: valid JSON for any bytes.  Control characters are escaped, and a
- * byte that does not begin a well-formed UTF-8 sequence (process names are bytes,
- * and /proc/PID/comm may cut a character in two) becomes U+FFFD. */
-static void json_string(FILE *out, const char *s) {
+/* s between double quotes, as a JSON string (json) or a Prometheus label value:
+ * valid for any bytes.  Both escape backslash, double quote and newline; JSON also
+ * escapes the other control characters.  A byte that does not begin a well-formed
+ * UTF-8 sequence (process names are bytes, and /proc/PID/comm may cut a character
+ * in two) becomes U+FFFD: both formats must be UTF-8. */
+static void quoted_string(FILE *out, const char *s, bool json) {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         size_t n = utf8_len(p);
         if (n == 0) {
-            fputs("\\ufffd", out);
+            fputs(json ? "\\ufffd" : "\xef\xbf\xbd", out);
             p++;
             continue;
         }
         if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
         else if (*p == '\n') fputs("\\n", out);
-        else if (*p == '\t') fputs("\\t", out);
-        else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
+        else if (json && *p == '\t') fputs("\\t", out);
+        else if (json && (*p < 0x20 || *p == 0x7f)) fprintf(out, "\\u%04x", *p);
         else fwrite(p, 1, n, out);
         p += n;
     }
     fputc('"', out);
 }
+
+static void json_string(FILE *out, const char *s) { quoted_string(out, s, true); }
 
 /* Copy a fixed-size string field that the writer NUL-terminates, defensively. */
 static void field_str(char *dst, size_t cap, const char *src, size_t srccap) {
@@ -1070,24 +1074,7 @@ struct prom_proc {
     uint32_t nthreads;
 };
 
-/* A label value: backslash, double quote and newline escaped, bytes that are not
- * UTF-8 replaced by U+FFFD. */
-static void prom_label_value(FILE *out, const char *v) {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)v; *p;) {
-        size_t n = utf8_len(p);
-        if (n == 0) {
-            fputs("\xef\xbf\xbd", out); /* U+FFFD: label values must be UTF-8 */
-            p++;
-            continue;
-        }
-        if (*p == '\\' || *p == '"') fprintf(out, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", out);
-        else fwrite(p, 1, n, out);
-        p += n;
-    }
-    fputc('"', out);
-}
+static void prom_label_value(FILE *out, const char *v) { quoted_string(out, v, false); }
 
 static void prom_labels(FILE *out, const struct prom_proc *p) {
     fprintf(out, "{pid=\"%ld\",comm=", p->pid);
