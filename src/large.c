@@ -81,6 +81,9 @@ bool hz_large_cache_trim(void) {
 
 void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     if (alignment < HZ_ALIGNMENT) alignment = HZ_ALIGNMENT;
+    /* At least a byte: with size 0 the block would start where its mapping ends, in
+     * whatever is mapped next (an aligned request of size 0 comes here). */
+    if (size == 0) size = 1;
     if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE - alignment) {
         errno = ENOMEM;
         return NULL;

@@ -515,6 +515,46 @@ static void test_realloc(void)
     free(sz);
 }
 
+/* Alignments of a segment and more with sizes 0 and 1: each block is its own, fully
+ * writable and freeable.  (Size 0 at 4 MiB alignment once pointed one past the end
+ * of its mapping, into the header of whatever segment came next.) */
+static void test_aligned_big(void)
+{
+    void *small[64];
+    for (int i = 0; i < 64; i++) { /* a small segment for a stray pointer to hit */
+        small[i] = malloc(64);
+        CHECK(small[i] != NULL, "malloc(64) failed");
+        memset(small[i], 0x5A, 64);
+    }
+    for (size_t a = (size_t)1 << 21; a <= ((size_t)1 << 24); a *= 2) {
+        for (size_t size = 0; size <= 1; size++) {
+            void *p[3] = {aligned_alloc(opaque(a), opaque(size)), memalign(opaque(a), opaque(size)), NULL};
+            int rc = posix_memalign(&p[2], opaque(a), opaque(size));
+            CHECK(rc == 0, "posix_memalign(%zu, %zu) returned %d", a, size, rc);
+            for (int k = 0; k < 3; k++) {
+                CHECK(p[k] != NULL && is_aligned(p[k], a), "alignment %zu, size %zu, call %d: %p", a,
+                      size, k, p[k]);
+                /* At least one byte even for size 0: a block of nothing at the end of
+                 * its mapping would be another mapping's first byte, or none.  (The
+                 * checked variant gives exactly the size asked for, to catch overruns.) */
+                size_t u = malloc_usable_size(p[k]);
+                size_t least = size > 0 || hz_test_checked_variant() ? size : 1;
+                CHECK(u >= least, "alignment %zu, size %zu: usable %zu", a, size, u);
+                memset(p[k], 0xA5, u);
+            }
+            CHECK(p[0] != p[1] && p[1] != p[2] && p[0] != p[2], "alignment %zu, size %zu: one block twice", a,
+                  size);
+            for (int k = 0; k < 3; k++)
+                free(p[k]);
+        }
+    }
+    for (int i = 0; i < 64; i++) {
+        for (int j = 0; j < 64; j++)
+            CHECK(((unsigned char *)small[i])[j] == 0x5A, "small block %d overwritten at byte %d", i, j);
+        free(small[i]);
+    }
+}
+
 /* ------------------------------------------------------------- calloc */
 
 static void test_calloc_dirty(void)
@@ -791,6 +831,7 @@ int main(void)
     test_malloc_sizes();
     test_errors();
     test_aligned();
+    test_aligned_big();
     test_realloc();
     test_calloc_dirty();
     test_sized_free();
