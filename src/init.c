@@ -6,6 +6,7 @@
  * which sends the first call into the slow path; the core state is complete before
  * any libc function is called; and the thread that is initialising may recurse.
  */
+#include <errno.h>
 #include <pthread.h>
 
 #include "freelist.h"
@@ -73,6 +74,9 @@ static bool key_ready(void) {
 hz_heap_t *hz_thread_init(void) {
     if (hz_tls_heap != &hz_empty_heap)
         return hz_tls_heap == &hz_exiting_heap ? NULL : hz_tls_heap;
+    /* The calls below into libc and the kernel may fail on the way (getrandom, a
+     * stats slot's madvise); an allocation that succeeds leaves errno alone (os.c). */
+    int saved_errno = errno;
     process_init_core();
     hz_heap_t *heap = hz_heap_acquire();
     if (heap == NULL) return NULL;
@@ -87,6 +91,7 @@ hz_heap_t *hz_thread_init(void) {
     heap->busy++;
     hz_heap_collect(heap);
     heap->busy--;
+    errno = saved_errno;
     return heap;
 }
 

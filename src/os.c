@@ -71,12 +71,45 @@ void hz_gstat_raise(uint64_t *value, uint64_t *peak, uint64_t n) {
     }
 }
 
+/* The kernel calls below keep the caller's errno.  Some fail as part of normal work
+ * (a placement probe, an in-place resize, a hint an older kernel does not know), and
+ * a malloc or free that succeeds leaves errno as it found it, as glibc's do (POSIX
+ * 2024 requires it of free).  A function here that reports a failure to get memory
+ * sets ENOMEM itself. */
+static void *os_mmap(void *addr, size_t size, int prot, int flags) {
+    int e = errno;
+    void *p = mmap(addr, size, prot, flags, -1, 0);
+    errno = e;
+    return p;
+}
+static int os_munmap(void *p, size_t size) {
+    int e = errno, r = munmap(p, size);
+    errno = e;
+    return r;
+}
+static int os_mprotect(void *p, size_t size, int prot) {
+    int e = errno, r = mprotect(p, size, prot);
+    errno = e;
+    return r;
+}
+static int os_madvise(void *p, size_t size, int advice) {
+    int e = errno, r = madvise(p, size, advice);
+    errno = e;
+    return r;
+}
+static void *os_mremap(void *p, size_t old_size, size_t new_size, int flags, void *target) {
+    int e = errno;
+    void *q = mremap(p, old_size, new_size, flags, target);
+    errno = e;
+    return q;
+}
+
 /* A failed OS call: counted, so that memory the allocator could not give back (or
  * get) shows in the statistics instead of silently skewing them. */
 static void os_failed(void) { hz_gstat_add(os_errors, 1); }
 
 static bool unmap_range(void *p, size_t size) {
-    if (munmap(p, size) != 0) {
+    if (os_munmap(p, size) != 0) {
         os_failed();
         return false;
     }
@@ -89,13 +122,13 @@ static bool unmap_range(void *p, size_t size) {
  * if that is misaligned, at the aligned address just below it, which top-down
  * placement leaves free.  NULL when neither works. */
 static char *reserve_exact(size_t size, size_t alignment) {
-    char *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *p = os_mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS);
     if (p == MAP_FAILED) return NULL;
     hz_gstat_grow(bytes_mapped, peak_mapped, size);
     if (((uintptr_t)p & (alignment - 1)) == 0) return p;
     unmap_range(p, size);
     char *hint = (char *)((uintptr_t)p & ~(uintptr_t)(alignment - 1));
-    p = mmap(hint, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    p = os_mmap(hint, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE);
     if (p == MAP_FAILED) return NULL;
     hz_gstat_grow(bytes_mapped, peak_mapped, size);
     if (p == hint) return p;
@@ -118,7 +151,7 @@ void *hz_os_reserve(size_t size, size_t alignment) {
     if (aligned == NULL) {
         /* Over-reserve, then cut off the misaligned head and tail. */
         size_t over = size + alignment - ps;
-        char *p = mmap(NULL, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *p = os_mmap(NULL, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS);
         if (p == MAP_FAILED) {
             os_failed();
             errno = ENOMEM;
@@ -143,14 +176,14 @@ void *hz_os_reserve(size_t size, size_t alignment) {
  * where a request fails, cleanly, with ENOMEM. */
 bool hz_os_commit(void *p, size_t size) {
     size = hz_align_up(size, hz_os_page_size());
-    if (mprotect(p, size, PROT_READ | PROT_WRITE) != 0) {
+    if (os_mprotect(p, size, PROT_READ | PROT_WRITE) != 0) {
         os_failed();
         errno = ENOMEM;
         return false;
     }
     hz_gstat_grow(bytes_committed, peak_committed, size);
 #if HZ_THP
-    madvise(p, size, MADV_HUGEPAGE);
+    os_madvise(p, size, MADV_HUGEPAGE);
 #endif
     return true;
 }
@@ -159,7 +192,7 @@ bool hz_os_commit(void *p, size_t size) {
  * mapping over the range; mprotect alone would keep the charge). */
 bool hz_os_decommit(void *p, size_t size) {
     size = hz_align_up(size, hz_os_page_size());
-    if (mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+    if (os_mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED) == MAP_FAILED) {
         os_failed();
         return false;
     }
@@ -197,7 +230,7 @@ size_t hz_os_purge(void *p, size_t size) {
     uintptr_t start = hz_align_up((uintptr_t)p, ps);
     uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(ps - 1);
     if (end <= start) return 0;
-    if (madvise((void *)start, end - start, MADV_DONTNEED) != 0) {
+    if (os_madvise((void *)start, end - start, MADV_DONTNEED) != 0) {
         os_failed();
         return 0;
     }
@@ -206,10 +239,10 @@ size_t hz_os_purge(void *p, size_t size) {
 }
 
 /* Make a page-aligned, committed range inaccessible: a stray access faults. */
-void hz_os_guard(void *p, size_t size) { mprotect(p, size, PROT_NONE); }
+void hz_os_guard(void *p, size_t size) { os_mprotect(p, size, PROT_NONE); }
 /* ...or writable again; false (ENOMEM) when the kernel will not charge it. */
 bool hz_os_unguard(void *p, size_t size) {
-    if (mprotect(p, size, PROT_READ | PROT_WRITE) == 0) return true;
+    if (os_mprotect(p, size, PROT_READ | PROT_WRITE) == 0) return true;
     os_failed();
     errno = ENOMEM;
     return false;
@@ -219,8 +252,8 @@ bool hz_os_unguard(void *p, size_t size) {
  * against the overcommit limit nor resident until pages of it are made writable
  * (hz_os_unguard).  Not counted as mapped: the caller counts what it makes writable. */
 void *hz_os_reserve_zero(size_t size) {
-    void *p = mmap(NULL, hz_align_up(size, hz_os_page_size()), PROT_READ,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = os_mmap(NULL, hz_align_up(size, hz_os_page_size()), PROT_READ,
+                      MAP_PRIVATE | MAP_ANONYMOUS);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -229,7 +262,7 @@ bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) {
     size_t ps = hz_os_page_size();
     old_size = hz_align_up(old_size, ps);
     new_size = hz_align_up(new_size, ps);
-    if (mremap(p, old_size, new_size, 0) == MAP_FAILED) return false;
+    if (os_mremap(p, old_size, new_size, 0, NULL) == MAP_FAILED) return false;
     if (new_size > old_size) {
         hz_gstat_grow(bytes_mapped, peak_mapped, new_size - old_size);
         hz_gstat_grow(bytes_committed, peak_committed, new_size - old_size);
@@ -247,7 +280,7 @@ void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) {
     size_t ps = hz_os_page_size();
     old_size = hz_align_up(old_size, ps);
     new_size = hz_align_up(new_size, ps);
-    void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    void *q = os_mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
     if (q == MAP_FAILED) {
         os_failed();
         return NULL;
@@ -267,16 +300,18 @@ uint64_t hz_os_now_ms(void) {
 void hz_os_write_err(const char *msg) { hz_os_write_fd(STDERR_FILENO, msg); }
 
 void hz_os_write_fd(int fd, const char *msg) {
+    int e = errno;
     size_t n = strlen(msg);
     while (n > 0) {
         ssize_t w = write(fd, msg, n);
         if (w <= 0) {
             if (w < 0 && errno == EINTR) continue;
-            return;
+            break;
         }
         msg += w;
         n -= (size_t)w;
     }
+    errno = e;
 }
 
 void hz_os_yield(void) { sched_yield(); }

@@ -684,8 +684,13 @@ static HZ_NOINLINE void tick_slow(void) {
     atomic_store_explicit(&publish_busy, 0, memory_order_release);
 }
 
-/* From the allocator's slow paths: one load when stats are off. */
-void hz_shm_tick_publish(void) { tick_slow(); }
+/* From the allocator's slow paths: one load when stats are off.  A fork child's
+ * segment is made here, and a malloc or free that succeeds leaves errno alone. */
+void hz_shm_tick_publish(void) {
+    int e = errno;
+    tick_slow();
+    errno = e;
+}
 
 void hz_shm_stop(void) {
     exit_report();

@@ -15,6 +15,7 @@
 
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/resource.h>
 
@@ -555,6 +556,64 @@ static void test_aligned_big(void)
     }
 }
 
+/* A call that succeeds leaves errno as it found it, as glibc's do (and POSIX 2024
+ * requires of free): probes of the kernel that fail on the way (a placement, an
+ * in-place resize) must not show.  Large blocks take those paths. */
+static void *first_malloc_keeps_errno(void *arg)
+{
+    (void)arg;
+    errno = 4242;
+    void *p = malloc(opaque(100));
+    if (p == NULL || errno != 4242)
+        return (void *)"a thread's first malloc set errno";
+    free(p);
+    return errno != 4242 ? (void *)"a thread's first free set errno" : NULL;
+}
+
+static void test_errno_kept(void)
+{
+    enum { N = 32, MARK = 4242 };
+    void *b[N];
+    for (int i = 0; i < N; i++) {
+        size_t n = ((size_t)3 << 20) + (size_t)i * 37 * 4096;
+        errno = MARK;
+        b[i] = malloc(opaque(n));
+        CHECK(b[i] != NULL, "malloc(%zu) failed", n);
+        CHECK(errno == MARK, "malloc(%zu) succeeded and set errno to %d", n, errno);
+    }
+    for (int i = 0; i < N; i++) {
+        size_t n = ((size_t)3 << 20) * (size_t)(i % 5 + 1) + (size_t)i * 4096;
+        errno = MARK;
+        void *q = realloc(b[i], opaque(n));
+        CHECK(q != NULL, "realloc to %zu failed", n);
+        CHECK(errno == MARK, "realloc to %zu succeeded and set errno to %d", n, errno);
+        b[i] = q;
+    }
+    for (int i = 0; i < N; i++) {
+        errno = MARK;
+        free(b[i]);
+        CHECK(errno == MARK, "free of a large block set errno to %d", errno);
+    }
+    for (size_t i = 0; i < 8; i++) {
+        errno = MARK;
+        void *p = memalign((size_t)1 << 22, (i + 1) << 20);
+        CHECK(p != NULL, "memalign(4 MiB, %zu MiB) failed", i + 1);
+        CHECK(errno == MARK, "memalign(4 MiB, %zu MiB) succeeded and set errno to %d", i + 1, errno);
+        free(p);
+        CHECK(errno == MARK, "free of an aligned large block set errno to %d", errno);
+    }
+    errno = MARK;
+    malloc_trim(0);
+    CHECK(errno == MARK, "malloc_trim set errno to %d", errno);
+
+    /* A thread's first allocation makes its heap (and, with stats on, its slot). */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, first_malloc_keeps_errno, NULL) == 0, "pthread_create failed");
+    void *res = NULL;
+    CHECK(pthread_join(t, &res) == 0, "pthread_join failed");
+    CHECK(res == NULL, "%s", (const char *)res);
+}
+
 /* ------------------------------------------------------------- calloc */
 
 static void test_calloc_dirty(void)
@@ -833,6 +892,7 @@ int main(void)
     test_aligned();
     test_aligned_big();
     test_realloc();
+    test_errno_kept();
     test_calloc_dirty();
     test_sized_free();
     test_random_churn();
