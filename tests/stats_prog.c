@@ -1,6 +1,6 @@
 /* stats_prog - a process with known allocator activity for the hzstat tests.
  *
- *   stats_prog GOFILE [THREADS [BLOCKS [SIZE]]]     (defaults 4, 10000, 3000)
+ *   stats_prog GOFILE [THREADS [BLOCKS [SIZE [joined]]]]   (defaults 4, 10000, 3000)
  *
  * THREADS workers each allocate BLOCKS blocks of SIZE bytes; then worker i frees the
  * blocks of worker i-1, so every one of the THREADS * BLOCKS frees is a remote free.
@@ -12,13 +12,16 @@
  *   ready pid=P threads=T blocks=B size=S mallocs=M remote_frees=R
  *
  * to stdout (flushed) and waits until GOFILE exists, then stops the workers and
- * exits normally with status 0.  It never calls into hakozuna directly: run it with
+ * exits normally with status 0.  With "joined", the workers are stopped and joined
+ * right after that publication, before "ready": the counters the process last
+ * published then still count them, the live ones in the file no longer do.  It never calls into hakozuna directly: run it with
  * the library preloaded (hzrun).
  */
 #define _GNU_SOURCE 1
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +66,14 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static void stop_workers(const pthread_t *tids) {
+    pthread_mutex_lock(&lock);
+    stop = 1;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+    for (long i = 0; i < nthreads; i++) pthread_join(tids[i], NULL);
+}
+
 static long arg(const char *s, long min, long max, const char *name) {
     char *end;
     errno = 0;
@@ -75,12 +86,13 @@ static long arg(const char *s, long min, long max, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || argc > 5) {
-        fprintf(stderr, "usage: stats_prog GOFILE [THREADS [BLOCKS [SIZE]]]\n");
+    if (argc < 2 || argc > 6 || (argc == 6 && strcmp(argv[5], "joined") != 0)) {
+        fprintf(stderr, "usage: stats_prog GOFILE [THREADS [BLOCKS [SIZE [joined]]]]\n");
         return 2;
     }
     const char *gofile = argv[1];
-    if (argc > 2) nthreads = arg(argv[2], 2, 64, "THREADS");
+    bool joined = argc == 6;
+    if (argc > 2) nthreads = arg(argv[2], 2, 1000, "THREADS");
     if (argc > 3) nblocks = arg(argv[3], 1, 1000000, "BLOCKS");
     if (argc > 4) bsize = arg(argv[4], 16, 1 << 20, "SIZE");
 
@@ -99,6 +111,7 @@ int main(int argc, char **argv) {
     sleep_ms(250);
     void *nudge = malloc(200000); /* a size class this thread has not used */
     if (nudge == NULL) die("out of memory");
+    if (joined) stop_workers(tids);
 
     printf("ready pid=%ld threads=%ld blocks=%ld size=%ld mallocs=%ld remote_frees=%ld\n",
            (long)getpid(), nthreads, nblocks, bsize, nthreads * nblocks, nthreads * nblocks);
@@ -106,11 +119,7 @@ int main(int argc, char **argv) {
 
     while (access(gofile, F_OK) != 0) sleep_ms(20);
 
-    pthread_mutex_lock(&lock);
-    stop = 1;
-    pthread_cond_broadcast(&cond);
-    pthread_mutex_unlock(&lock);
-    for (long i = 0; i < nthreads; i++) pthread_join(tids[i], NULL);
+    if (!joined) stop_workers(tids);
     free(nudge);
     free(tids);
     free(blocks);

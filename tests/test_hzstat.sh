@@ -303,6 +303,36 @@ if start_prog live --stats; then
     check "  leaves no FILE.tmp" test ! -e "$tmp/hakozuna.prom.tmp"
     "$HZSTAT" --prometheus -o "$tmp/no/such/dir/x.prom" "$p" >/dev/null 2>"$tmp/e"
     expect_rc "hzstat --prometheus -o into a missing directory" 1 $?
+    # The rename would replace what FILE is: only a regular file may be replaced.
+    ln -s "$tmp/hakozuna.prom" "$tmp/link.prom"
+    mkdir "$tmp/dir.prom"
+    for f in link.prom dir.prom; do
+        "$HZSTAT" --prometheus -o "$tmp/$f" "$p" >/dev/null 2>"$tmp/e"
+        expect_rc "hzstat --prometheus -o $f (not a regular file)" 2 $?
+        check "  says so" grep -q 'not a regular file' "$tmp/e"
+    done
+    check "  leaves the link a link" test -L "$tmp/link.prom"
+    check "  and the directory a directory" test -d "$tmp/dir.prom"
+    # FILE.tmp is made anew: a symbolic link planted there is not written through.
+    ln -s "$tmp/planted" "$tmp/hakozuna.prom.tmp"
+    "$HZSTAT" --prometheus -o "$tmp/hakozuna.prom" "$p" >/dev/null 2>"$tmp/e"
+    expect_rc "hzstat --prometheus -o FILE with a symbolic link at FILE.tmp" 0 $?
+    check "  does not write through it" test ! -e "$tmp/planted"
+    check "  writes FILE" grep -q "^hakozuna_mallocs_total{pid=\"$p\"," "$tmp/hakozuna.prom"
+    (cd "$tmp" && "$HZSTAT" --prometheus -o - "$p" >"$tmp/o" 2>"$tmp/e")
+    expect_rc "hzstat --prometheus -o - PID" 0 $?
+    check "  writes to standard output" grep -q "^hakozuna_mallocs_total{pid=\"$p\"," "$tmp/o"
+    check "  and makes no file named -" test ! -e "$tmp/-"
+    # Output that cannot be written is an I/O error (exit 1), in every mode.
+    if [ -c /dev/full ]; then
+        for a in "" "-1" "-j" "-i 0.1 -n 2" "-j -i 0.1 -n 2" "--prometheus"; do
+            # shellcheck disable=SC2086
+            "$HZSTAT" $a "$p" >/dev/full 2>"$tmp/e"
+            expect_rc "hzstat $a PID >/dev/full" 1 $?
+        done
+    else
+        skip "write errors: no /dev/full"
+    fi
 
     # Permission denied: the segment is 0600 and belongs to the process's user.
     if [ "$(id -u)" -eq 0 ]; then
@@ -429,9 +459,42 @@ sys.exit("comm=\"st\ufffda\tb\"" not in t)' "$tmp/oprom"
     else
         fail "stats_prog under an odd name did not start"
     fi
+    # A newline inside the name: the kernel ends /proc/PID/comm with one more.
+    odd=$tmp/$(printf 'nl\nx')
+    cp "$saved_prog" "$odd"
+    prog=$odd
+    if start_prog nlname --stats; then
+        p=$prog_pid
+        "$HZSTAT" -j "$p" >"$tmp/oj" 2>"$tmp/e"
+        check "  a name with a newline: JSON comm reads nl\nx" python3 -c '
+import json, sys
+sys.exit(json.load(open(sys.argv[1]))["comm"] != "nl\nx")' "$tmp/oj"
+        stop_prog "$p"
+    else
+        fail "stats_prog under a name with a newline did not start"
+    fi
     prog=$saved_prog
 else
     skip "name with 0xff and a tab: no python3 to check the JSON"
+fi
+
+# ------------------------------------------ more heaps than thread slots
+# Past 256 heaps the sums over heaps are as last published, but the process-wide
+# counters in the file stay live: once the 300 workers are joined, threads_live
+# is 1, although the last publication counted 301.
+rm -f "$tmp/go"
+"$HZRUN" -v "$variant" --stats -- "$prog" "$tmp/go" 300 10 64 joined >"$tmp/many.out" 2>"$tmp/many.err" &
+p=$!
+pids="$pids $p"
+if wait_lines "$tmp/many.out" '^ready' 1 "$p" "$tmp/many.err"; then
+    "$HZSTAT" -1 -f threads_live,heaps_unlisted "$p" >"$tmp/many" 2>"$tmp/e"
+    expect_rc "hzstat -1 PID of a process that made 300 heaps" 0 $?
+    check "  counts heaps beyond the slots" awk '$1 == "heaps_unlisted" && $2 > 0 { ok = 1 } END { exit !ok }' "$tmp/many"
+    check "  threads_live is live: 1 once the workers are joined" \
+        awk '$1 == "threads_live" && $2 == 1 { ok = 1 } END { exit !ok }' "$tmp/many"
+    stop_prog "$p"
+else
+    fail "stats_prog with 300 threads did not start"
 fi
 
 # -------------------------------------------------------------- stale

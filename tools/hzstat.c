@@ -192,7 +192,7 @@ static const struct field fields[] = {
     F(outbox_flushes, "outbox flushes", K_COUNT, NULL,
       "Remote-free outboxes posted to an owner's inbox"),
     F(heaps_unlisted, "heaps without a slot", K_GAUGE, NULL,
-      "Heaps beyond the segment's thread slots: figures are then as last published"),
+      "Heaps beyond the segment's thread slots: sums over heaps are then as last published"),
     F(publishes, "publishes", K_COUNT, NULL, "Times the counters were published"),
     F(last_publish_unix_ns, "last publish (unix ns)", K_GAUGE, NULL,
       "Time of the last publish, ns since the epoch"),
@@ -398,8 +398,11 @@ static void proc_comm(long pid, char *buf, size_t cap) {
     snprintf(buf, cap, "-");
     FILE *f = fopen(path, "re");
     if (f == NULL) return;
-    if (fgets(buf, (int)cap, f) != NULL) buf[strcspn(buf, "\n")] = '\0';
-    else snprintf(buf, cap, "-");
+    /* The kernel ends the name with a newline; the name itself may hold one. */
+    size_t n = fread(buf, 1, cap - 1, f);
+    if (n > 0 && buf[n - 1] == '\n') n--;
+    buf[n] = '\0';
+    if (n == 0) snprintf(buf, cap, "-");
     fclose(f);
 }
 
@@ -623,6 +626,22 @@ static void seg_live(struct seg *g) {
     g->threads = LD(g->map->threads_used);
     if (g->threads > s->thread_slots) g->threads = s->thread_slots;
     if (g->threads > slots) g->threads = (uint32_t)slots;
+    /* The process-wide counters are in the file, current, whatever the heaps. */
+    c->bytes_mapped = LD(l->bytes_mapped);
+    c->bytes_purged = LD(l->bytes_purged);
+    c->bytes_unmapped = LD(l->bytes_unmapped);
+    c->bytes_committed = LD(l->bytes_committed);
+    c->bytes_metadata = LD(l->bytes_meta) + LD(l->segments_mapped) * s->segment_header_size;
+    c->peak_mapped = LD(l->peak_mapped);
+    c->peak_committed = LD(l->peak_committed);
+    c->foreign_frees = LD(l->foreign_frees);
+    c->large_allocs = LD(l->large_allocs);
+    c->large_cache_hits = LD(l->large_cache_hits);
+    c->heaps_created = LD(l->heaps_created);
+    c->heaps_adopted = LD(l->heaps_adopted);
+    c->threads_live = LD(l->threads_live);
+    c->segments_mapped = LD(l->segments_mapped);
+    /* The sums over heaps need every heap in a slot; else the published ones stay. */
     if ((c->heaps_unlisted = LD(l->heaps_unlisted)) != 0) return;
     uint64_t m[HZ_SHM_THREAD_CLASSES] = {0}, f[HZ_SHM_THREAD_CLASSES] = {0};
     uint64_t sent = 0, recv = 0, batches = 0, refills = 0, made = 0, retired = 0, dirty = 0;
@@ -646,25 +665,11 @@ static void seg_live(struct seg *g) {
     c->mallocs = mallocs + LD(l->large_allocs);
     c->frees = frees + LD(l->large_frees);
     c->bytes_in_use = in_use + LD(l->large_bytes);
-    c->bytes_mapped = LD(l->bytes_mapped);
-    c->bytes_purged = LD(l->bytes_purged);
-    c->bytes_unmapped = LD(l->bytes_unmapped);
-    c->bytes_committed = LD(l->bytes_committed);
     c->bytes_dirty = dirty;
-    c->bytes_metadata = LD(l->bytes_meta) + LD(l->segments_mapped) * s->segment_header_size;
-    c->peak_mapped = LD(l->peak_mapped);
-    c->peak_committed = LD(l->peak_committed);
     c->remote_frees_sent = sent;
     c->remote_frees_recv = recv;
     c->remote_batches = batches;
     c->outbox_flushes = batches; /* one batch per outbox flush */
-    c->foreign_frees = LD(l->foreign_frees);
-    c->large_allocs = LD(l->large_allocs);
-    c->large_cache_hits = LD(l->large_cache_hits);
-    c->heaps_created = LD(l->heaps_created);
-    c->heaps_adopted = LD(l->heaps_adopted);
-    c->threads_live = LD(l->threads_live);
-    c->segments_mapped = LD(l->segments_mapped);
     c->refills = refills;
     c->pages_made = made;
     c->pages_retired = retired;
@@ -866,7 +871,8 @@ static void print_text(const struct seg *g, bool classes) {
     printf("  %-24s %s\n", "config", config);
     printf("  %-24s %s\n", "counters",
            g->live ? "live (read from the process's counters now)"
-                   : "as last published (some heaps have no thread slot)");
+                   : "sums over heaps as last published (some heaps have no thread slot); "
+                     "process-wide ones live");
     if (s->flags & HZ_SHM_FLAG_NO_COUNTERS)
         printf("  note: built without per-thread counters; event counts read 0\n");
     if (!(s->flags & HZ_SHM_FLAG_DIRTY))
@@ -1204,10 +1210,26 @@ static int prom_take(struct prom_proc *p, long pid, bool quiet) {
 
 static long list_pids(long **out);
 
+/* A new file at path, for writing: whatever was there (a file left by an earlier
+ * run, or a symlink planted in a shared directory) is removed, never followed. */
+static FILE *create_new(const char *path) {
+    if (unlink(path) != 0 && errno != ENOENT) return NULL;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (f == NULL) close(fd);
+    return f;
+}
+
 /* --prometheus [PID] [-o FILE]: every live publishing process, or PID.  With FILE the
  * text goes to FILE.tmp, then is renamed over FILE, so that the collector never reads
  * half a file. */
 static int cmd_prometheus(long pid, const char *path) {
+    /* FILE is replaced by renaming a new file onto it: only a regular file (or none)
+     * can be, not a device, a directory or a symlink, which the rename would drop. */
+    struct stat st;
+    if (path != NULL && strcmp(path, "-") != 0 && lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return usage_error("-o %s: not a regular file (hzstat renames a new file onto it)", path);
     struct prom_proc *procs = NULL;
     size_t n = 0;
     if (pid != 0) {
@@ -1240,14 +1262,17 @@ static int cmd_prometheus(long pid, const char *path) {
         free(pids);
     }
     int rc = EXIT_OK;
-    if (path == NULL) {
+    if (path == NULL || strcmp(path, "-") == 0) {
         prom_write(stdout, procs, n);
-        if (fflush(stdout) != 0) rc = EXIT_ERROR;
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            msg("standard output: %s", strerror(errno));
+            rc = EXIT_ERROR;
+        }
     } else {
         char *tmp = NULL;
         FILE *out = NULL;
         if (asprintf(&tmp, "%s.tmp", path) < 0) tmp = NULL;
-        if (tmp == NULL || (out = fopen(tmp, "w")) == NULL) {
+        if (tmp == NULL || (out = create_new(tmp)) == NULL) {
             msg("%s: %s", tmp ? tmp : path, strerror(errno));
             rc = EXIT_ERROR;
         } else {
@@ -1430,7 +1455,11 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
             printf("\n");
             lines++;
         }
-        fflush(stdout);
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            msg("standard output: %s", strerror(errno));
+            rc = EXIT_ERROR;
+            break;
+        }
         prev = g.snap;
         prev_live = g.live;
         prev_wall = wall;
