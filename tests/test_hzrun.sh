@@ -87,6 +87,17 @@ check "--print-env --stats adds HAKOZUNA_STATS=1" \
 HAKOZUNA_STATS=1"
 run --print-env bogus
 expect_rc "--print-env with an unknown variant" 2 $rc
+# Output that cannot be written is an error: an environment file half written
+# must not look like success.
+if [ -c /dev/full ]; then
+    for args in "--print-env $variant --stats" "--list" "--version"; do
+        # shellcheck disable=SC2086
+        "$HZRUN" $args >/dev/full 2>/dev/null
+        expect_rc "hzrun $args >/dev/full" 1 $?
+    done
+else
+    skip "write errors: no /dev/full"
+fi
 run_libdir "$tmp/nolib" --print-env "$variant"
 expect_rc "--print-env with the library directory missing" 3 $rc
 check "  says why, prints no environment" sh -c "grep -q 'no such library' '$tmp/e' && [ ! -s '$tmp/o' ]"
@@ -169,6 +180,22 @@ run -v "$variant" "$tmp/notexec"
 expect_rc "command not executable" 126 $rc
 run_libdir "$tmp/nolib" -v "$variant" /bin/true
 expect_rc "missing library: refuses to run silently on glibc" 3 $rc
+# LD_PRELOAD splits at spaces and colons: such a library path cannot be preloaded.
+for odd in "lib dir" "lib:dir"; do
+    mkdir "$tmp/$odd"
+    ln -s "$lib" "$tmp/$odd/${lib##*/}"
+    run_libdir "$tmp/$odd" -v "$variant" /bin/true
+    expect_rc "library under '$odd': refuses to run silently on glibc" 3 $rc
+    run_libdir "$tmp/$odd" --print-env "$variant"
+    expect_rc "library under '$odd': --print-env refuses it" 3 $rc
+done
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode != -15)' \
+        "$HZRUN" --check -v "$variant" sh -c 'kill -TERM $$' 2>/dev/null
+    expect_rc "--check: death by a signal passes through as that signal (SIGTERM)" 0 $?
+else
+    skip "--check and a signal: no python3 to see how hzrun ended"
+fi
 
 # LD_PRELOAD: ours first, others kept in order, no duplicates, no other hakozuna.
 libc=$(ldd /bin/sh 2>/dev/null | awk '/libc\.so/ { print $3; exit }')
@@ -190,7 +217,8 @@ check "--stats: HAKOZUNA_STATS=1" test "$rc" -eq 0 -a "$(cat "$tmp/o")" = 1
 # ------------------------------------------------------- bad arguments
 for args in "" "--bogus" "-v" "-v bogus true" "--system" "--system bogus" \
     "--root /tmp true" "--system status extra" "--list extra" "--version extra" \
-    "--system enable --stats"; do
+    "--system enable --stats" "--list --print-env" "--print-env --list" "--list --stats" \
+    "--version --check" "--print-env --check" "--list --system status"; do
     # shellcheck disable=SC2086
     run $args
     expect_rc "bad arguments: hzrun $args" 2 $rc
