@@ -159,13 +159,23 @@ void hz_free_event(hz_heap_t *heap, hz_page_t *page) {
     hz_page_free_event(heap, page); /* a tail call */
 }
 
+/* A thread without a heap posts its frees for other heaps one by one; once it has
+ * made this many it gets a heap to batch them in.  Not at its first: glibc, tearing
+ * down a detached thread after the key destructors ran, frees other threads' cached
+ * TLS blocks there, and a heap made then would be released by nothing. */
+#define HEAPLESS_FREES_BEFORE_HEAP 64
+static __thread uint8_t heapless_frees __attribute__((tls_model("initial-exec")));
+
 /* What a remote free, done, left to do: a post ticks the upkeep of heaps nobody
  * owns (the owner may be one) and the stats publisher, so that a thread that only
- * frees for others keeps both going; a thread's first free also makes it a heap,
- * to batch its next frees in.  Takes nothing but `after`, so that its caller keeps
- * no register across the remote free. */
+ * frees for others keeps both going; a thread that keeps freeing without a heap
+ * gets one.  Takes nothing but `after`, so that its caller keeps no register
+ * across the remote free. */
 static HZ_COLD HZ_NOINLINE void free_remote_after(enum hz_remote_after after) {
-    if (after == HZ_REMOTE_NEEDS_HEAP) (void)hz_thread_init();
+    if (after == HZ_REMOTE_NEEDS_HEAP && ++heapless_frees >= HEAPLESS_FREES_BEFORE_HEAP) {
+        heapless_frees = 0;
+        (void)hz_thread_init();
+    }
     hz_upkeep_tick();
     hz_shm_tick();
 }

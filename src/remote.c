@@ -13,7 +13,7 @@
  *
  * The common free only adds an address to an open batch, inline in the free path
  * (remote.h); what is posted here is ticked by that caller (alloc.c).  A thread
- * without a heap (at its first free, before its caller makes it one; past its heap's
+ * without a heap (at its first frees, before its caller makes it one; past its heap's
  * destructor; out of memory for one) has no batches: it pushes each block alone
  * onto the owner's loose list, linked through the block as every free list is
  * (freelist.h).  At most HZ_OUTBOX_WAYS * HZ_REMOTE_BATCH blocks per thread are in
@@ -166,7 +166,7 @@ static inline enum hz_remote_after remote_batch(hz_heap_t *heap, hz_heap_t *owne
 
 /* A thread with no heap to batch in posts the block alone, linked through it, so
  * checked here whatever the policy (a block pushed twice would make the list a loop):
- * past its heap's destructor, without memory for one, and at its first free, after
+ * past its heap's destructor, without memory for one, and at its first frees, after
  * which its caller makes it a heap to batch in.  Out of line, so that hz_free_remote
  * makes no call itself. */
 static HZ_COLD enum hz_remote_after free_remote_unbatched(const hz_heap_t *heap,

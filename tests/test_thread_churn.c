@@ -11,10 +11,18 @@
  * Under hakozuna, threads_live must fall back to at most 4 once all threads
  * have been joined, and bytes_in_use may grow by at most 32 MiB over the same
  * span.
+ *
+ * Then 20,000 detached threads (5,000 under the checked variant), 4 alive at a time,
+ * that never call the allocator: glibc, tearing such a thread down after its key
+ * destructors ran, frees other threads' cached TLS blocks, which the main thread
+ * allocated.  Those frees must not leave the exiting thread a heap that nothing
+ * releases: threads_live must again fall to at most 4.
  */
 #include "hz_test.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #define NTHREADS 10240
 #define CONCURRENT 16
@@ -108,6 +116,58 @@ static void *worker(void *arg)
     return NULL;
 }
 
+#define DETACHED 20000
+static _Atomic int detached_running;
+
+static void *idle(void *arg)
+{
+    (void)arg;
+    atomic_fetch_sub(&detached_running, 1);
+    return NULL;
+}
+
+/* threads_live, once thread exits have been seen (they are seen at join, or when a
+ * detached thread's teardown is over): at most a second's wait. */
+static struct hz_stats settled_stats(void)
+{
+    struct hz_stats st;
+    for (int i = 0; i < 20; i++) {
+        CHECK(hz_test_stats(&st), "hz_stats_get failed");
+        if (st.threads_live <= 4)
+            break;
+        hz_test_sleep_ms(50);
+    }
+    return st;
+}
+
+static void detached_threads(int hz)
+{
+    pthread_attr_t attr;
+    CHECK(pthread_attr_init(&attr) == 0 && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0,
+          "pthread_attr");
+    const unsigned n = hz_test_checked_variant() ? DETACHED / 4 : DETACHED;
+    double t0 = hz_test_now();
+    for (unsigned i = 0; i < n; i++) {
+        while (atomic_load(&detached_running) >= 4)
+            sched_yield();
+        atomic_fetch_add(&detached_running, 1);
+        pthread_t t;
+        int rc = pthread_create(&t, &attr, idle, NULL);
+        CHECK(rc == 0, "pthread_create (detached) failed after %u threads: %s", i, strerror(rc));
+    }
+    while (atomic_load(&detached_running) > 0)
+        sched_yield();
+    pthread_attr_destroy(&attr);
+    if (!hz)
+        return;
+    struct hz_stats st = settled_stats();
+    printf("%u detached threads in %.2f s: threads_live %llu, heaps_created %llu\n", n,
+           hz_test_now() - t0, (unsigned long long)st.threads_live,
+           (unsigned long long)st.heaps_created);
+    CHECK(st.threads_live <= 4, "threads_live is %llu after %u detached threads ended",
+          (unsigned long long)st.threads_live, n);
+}
+
 int main(void)
 {
     int hz = hz_test_require_loaded();
@@ -161,14 +221,7 @@ int main(void)
 
     if (hz) {
         CHECK(have_stats, "hz_stats_get is not available");
-        struct hz_stats st;
-        /* Thread exit is seen at join; allow a moment for lazy bookkeeping. */
-        for (int i = 0; i < 20; i++) {
-            CHECK(hz_test_stats(&st), "hz_stats_get failed");
-            if (st.threads_live <= 4)
-                break;
-            hz_test_sleep_ms(50);
-        }
+        struct hz_stats st = settled_stats();
         printf("hz_stats: threads_live %llu, heaps_created %llu, heaps_adopted %llu, "
                "bytes_in_use %llu (at mark %llu), live blocks %lld (at mark %lld)\n",
                (unsigned long long)st.threads_live, (unsigned long long)st.heaps_created,
@@ -182,5 +235,6 @@ int main(void)
               (unsigned long long)st_mark.bytes_in_use, (unsigned long long)st.bytes_in_use,
               (unsigned long long)INUSE_BOUND);
     }
+    detached_threads(hz);
     return 0;
 }
