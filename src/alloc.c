@@ -162,7 +162,8 @@ void hz_free_event(hz_heap_t *heap, hz_page_t *page) {
 /* A thread without a heap posts its frees for other heaps one by one; once it has
  * made this many it gets a heap to batch them in.  Not at its first: glibc, tearing
  * down a detached thread after the key destructors ran, frees other threads' cached
- * TLS blocks there, and a heap made then would be released by nothing. */
+ * TLS blocks there, and a heap made then would be released by nothing.  A thread
+ * that freed before is marked (hz_thread_mark_heapless) and makes none there. */
 #define HEAPLESS_FREES_BEFORE_HEAP 64
 static __thread uint8_t heapless_frees __attribute__((tls_model("initial-exec")));
 
@@ -172,9 +173,12 @@ static __thread uint8_t heapless_frees __attribute__((tls_model("initial-exec"))
  * gets one.  Takes nothing but `after`, so that its caller keeps no register
  * across the remote free. */
 static HZ_COLD HZ_NOINLINE void free_remote_after(enum hz_remote_after after) {
-    if (after == HZ_REMOTE_NEEDS_HEAP && ++heapless_frees >= HEAPLESS_FREES_BEFORE_HEAP) {
-        heapless_frees = 0;
-        (void)hz_thread_init();
+    if (after == HZ_REMOTE_NEEDS_HEAP) {
+        if (heapless_frees == 0) hz_thread_mark_heapless();
+        if (++heapless_frees >= HEAPLESS_FREES_BEFORE_HEAP) {
+            heapless_frees = 0;
+            (void)hz_thread_init();
+        }
     }
     hz_upkeep_tick();
     hz_shm_tick();

@@ -95,11 +95,25 @@ hz_heap_t *hz_thread_init(void) {
     return heap;
 }
 
+/* The heap key of a thread that has no heap and frees for others holds
+ * &hz_empty_heap, so that its destructor marks the thread as exiting: the frees
+ * glibc makes later, tearing the thread down, then make it no heap (one would
+ * never be released).  Only where setting the key cannot allocate: glibc keeps its
+ * first 32 keys in the thread descriptor. */
+void hz_thread_mark_heapless(void) {
+    if (hz_tls_heap == &hz_empty_heap && key_ready() && heap_key < 32)
+        pthread_setspecific(heap_key, &hz_empty_heap);
+}
+
 /* Key destructor at thread exit.  Later destructors that free still work: the thread
  * is heapless and its frees go straight to the owners' inboxes; those that allocate
  * use the shared exit heap (heap.c), so no destructor round can leave a heap behind. */
 static void thread_done(void *arg) {
     hz_heap_t *heap = arg;
+    if (heap == &hz_empty_heap) { /* a thread that only freed: hz_thread_mark_heapless */
+        if (hz_tls_heap == &hz_empty_heap) hz_tls_heap = &hz_exiting_heap;
+        return;
+    }
     if (heap == NULL || heap != hz_tls_heap) return;
     hz_tls_heap = &hz_exiting_heap;
     hz_heap_abandon(heap);

@@ -368,6 +368,8 @@ HZ_INLINE void hz_upkeep_tick(void) {
 
 /* -------------------------------------------------- process/thread lifecycle */
 hz_heap_t *hz_thread_init(void) HZ_HIDDEN;
+/* A thread without a heap that frees for others: its exit is then seen (init.c). */
+void hz_thread_mark_heapless(void) HZ_HIDDEN;
 bool hz_process_ready(void) HZ_HIDDEN;
 
 /* ------------------------------------------------------------- entry points */
