@@ -72,6 +72,13 @@ static void msg(const char *fmt, ...) {
     va_end(ap);
 }
 
+/* What standard output came to once flushed: EXIT_OK, or EXIT_ERROR, said once. */
+static int stdout_status(void) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return EXIT_OK;
+    msg("standard output: %s", strerror(errno));
+    return EXIT_ERROR;
+}
+
 static void usage(FILE *out) {
     fprintf(out,
             "Usage: %s [OPTIONS] [PID]\n"
@@ -1023,7 +1030,7 @@ static int cmd_snapshot(long pid, bool json, bool classes) {
     if (json) print_json(&g, classes);
     else print_text(&g, classes);
     seg_close(&g);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+    return stdout_status();
 }
 
 /* -1: one line per counter, "name value description", like varnishstat -1. */
@@ -1058,7 +1065,7 @@ static int cmd_oneshot(long pid, bool classes) {
     if (rc != EXIT_OK) return rc;
     print_oneshot(&g, classes);
     seg_close(&g);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+    return stdout_status();
 }
 
 /* --------------------------------------------------------------- Prometheus
@@ -1264,10 +1271,7 @@ static int cmd_prometheus(long pid, const char *path) {
     int rc = EXIT_OK;
     if (path == NULL || strcmp(path, "-") == 0) {
         prom_write(stdout, procs, n);
-        if (fflush(stdout) != 0 || ferror(stdout)) {
-            msg("standard output: %s", strerror(errno));
-            rc = EXIT_ERROR;
-        }
+        rc = stdout_status();
     } else {
         char *tmp = NULL;
         FILE *out = NULL;
@@ -1455,11 +1459,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
             printf("\n");
             lines++;
         }
-        if (fflush(stdout) != 0 || ferror(stdout)) {
-            msg("standard output: %s", strerror(errno));
-            rc = EXIT_ERROR;
-            break;
-        }
+        if ((rc = stdout_status()) != EXIT_OK) break;
         prev = g.snap;
         prev_live = g.live;
         prev_wall = wall;
@@ -1710,7 +1710,7 @@ static int cmd_list(bool json) {
     }
     if (n == 0 && !json) printf("(no hakozuna stats segments in %s)\n", HZ_SHM_DIR);
     free(pids);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
+    return stdout_status();
 }
 
 static int cmd_gc(void) {
@@ -1743,7 +1743,7 @@ static int cmd_gc(void) {
     }
     if (removed == 0 && rc == EXIT_OK) printf("no stale segments\n");
     free(v);
-    if (fflush(stdout) != 0) rc = EXIT_ERROR;
+    if (stdout_status() != EXIT_OK) rc = EXIT_ERROR;
     return rc;
 }
 
