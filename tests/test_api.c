@@ -559,52 +559,54 @@ static void test_aligned_big(void)
 /* A call that succeeds leaves errno as it found it, as glibc's do (and POSIX 2024
  * requires of free): probes of the kernel that fail on the way (a placement, an
  * in-place resize) must not show.  Large blocks take those paths. */
+enum { ERRNO_MARK = 4242 }; /* what errno holds before a call that must keep it */
+
 static void *first_malloc_keeps_errno(void *arg)
 {
     (void)arg;
-    errno = 4242;
+    errno = ERRNO_MARK;
     void *p = malloc(opaque(100));
-    if (p == NULL || errno != 4242)
+    if (p == NULL || errno != ERRNO_MARK)
         return (void *)"a thread's first malloc set errno";
     free(p);
-    return errno != 4242 ? (void *)"a thread's first free set errno" : NULL;
+    return errno != ERRNO_MARK ? (void *)"a thread's first free set errno" : NULL;
 }
 
 static void test_errno_kept(void)
 {
-    enum { N = 32, MARK = 4242 };
+    enum { N = 32 };
     void *b[N];
     for (int i = 0; i < N; i++) {
         size_t n = ((size_t)3 << 20) + (size_t)i * 37 * 4096;
-        errno = MARK;
+        errno = ERRNO_MARK;
         b[i] = malloc(opaque(n));
         CHECK(b[i] != NULL, "malloc(%zu) failed", n);
-        CHECK(errno == MARK, "malloc(%zu) succeeded and set errno to %d", n, errno);
+        CHECK(errno == ERRNO_MARK, "malloc(%zu) succeeded and set errno to %d", n, errno);
     }
     for (int i = 0; i < N; i++) {
         size_t n = ((size_t)3 << 20) * (size_t)(i % 5 + 1) + (size_t)i * 4096;
-        errno = MARK;
+        errno = ERRNO_MARK;
         void *q = realloc(b[i], opaque(n));
         CHECK(q != NULL, "realloc to %zu failed", n);
-        CHECK(errno == MARK, "realloc to %zu succeeded and set errno to %d", n, errno);
+        CHECK(errno == ERRNO_MARK, "realloc to %zu succeeded and set errno to %d", n, errno);
         b[i] = q;
     }
     for (int i = 0; i < N; i++) {
-        errno = MARK;
+        errno = ERRNO_MARK;
         free(b[i]);
-        CHECK(errno == MARK, "free of a large block set errno to %d", errno);
+        CHECK(errno == ERRNO_MARK, "free of a large block set errno to %d", errno);
     }
     for (size_t i = 0; i < 8; i++) {
-        errno = MARK;
+        errno = ERRNO_MARK;
         void *p = memalign((size_t)1 << 22, (i + 1) << 20);
         CHECK(p != NULL, "memalign(4 MiB, %zu MiB) failed", i + 1);
-        CHECK(errno == MARK, "memalign(4 MiB, %zu MiB) succeeded and set errno to %d", i + 1, errno);
+        CHECK(errno == ERRNO_MARK, "memalign(4 MiB, %zu MiB) succeeded and set errno to %d", i + 1, errno);
         free(p);
-        CHECK(errno == MARK, "free of an aligned large block set errno to %d", errno);
+        CHECK(errno == ERRNO_MARK, "free of an aligned large block set errno to %d", errno);
     }
-    errno = MARK;
+    errno = ERRNO_MARK;
     malloc_trim(0);
-    CHECK(errno == MARK, "malloc_trim set errno to %d", errno);
+    CHECK(errno == ERRNO_MARK, "malloc_trim set errno to %d", errno);
 
     /* A thread's first allocation makes its heap (and, with stats on, its slot). */
     pthread_t t;
