@@ -184,11 +184,20 @@ static HZ_COLD HZ_NOINLINE void free_remote_after(enum hz_remote_after after) {
     hz_shm_tick();
 }
 
+/* The large block p starts, or NULL for a pointer that is not ours; a pointer into
+ * a large block that does not start it is reported, as one into a page is. */
+static hz_large_t *large_block(const void *p) {
+    hz_large_t *h = hz_large_holding(p);
+    if (h == NULL || h->user == p) return h;
+    if (HZ_HARDENING) hz_large_invalid(p);
+    return NULL;
+}
+
 /* NULL, a large block, or a pointer that is not ours.  Out of line, so that the
  * remote free's common case saves no register for its calls. */
 static HZ_NOINLINE void free_not_small(void *p) {
     if (p == NULL) return;
-    hz_large_t *h = hz_large_header(p);
+    hz_large_t *h = large_block(p);
     if (h != NULL) {
         if (h->sample != 0) hz_prof_release(h);
         hz_large_free(h);
@@ -332,7 +341,7 @@ static HZ_NOINLINE void *move_block(void *p, size_t old_usable, size_t size) {
 
 /* realloc of a large block, or of a pointer that is not ours. */
 static HZ_NOINLINE void *realloc_other(void *p, size_t size) {
-    hz_large_t *h = hz_large_header(p);
+    hz_large_t *h = large_block(p);
     if (h != NULL) {
         size_t usable = h->usable;
         void *r = hz_large_realloc(h, size);
@@ -351,6 +360,17 @@ HZ_INLINE size_t realloc_target(const hz_page_t *page, size_t usable, size_t siz
         return 0;
     size_t roomy = usable + usable / 4;
     return size > usable && size < roomy && roomy <= HZ_MEDIUM_MAX ? roomy : size;
+}
+
+/* p, of page, staying where it is: it must be in use, or it would be handed out
+ * twice (a freed block's link word says so: freelist.h). */
+HZ_INLINE void *realloc_stays(const hz_page_t *page, void *p) {
+#if HZ_HARDENING
+    if (hz_unlikely(hz_block_on_list(p))) hz_report_double_free(p, page->block_size);
+#else
+    (void)page;
+#endif
+    return p;
 }
 
 /* move_block for p, a block of the caller's heap on page, checked to start one:
@@ -382,13 +402,13 @@ void *hz_realloc_impl(void *p, size_t size) {
 #endif
             {
                 size_t target = realloc_target(page, page->block_size, size);
-                return target == 0 ? p : move_own_block(heap, page, p, target);
+                return target == 0 ? realloc_stays(page, p) : move_own_block(heap, page, p, target);
             }
         }
         /* another heap's, a heap-profile sample's, or a pointer that starts no block */
         size_t usable = hz_block_room(page, p); /* before the copy reads a block's worth */
         size_t target = realloc_target(page, usable, size);
-        return target == 0 ? p : move_block(p, usable, target);
+        return target == 0 ? realloc_stays(page, p) : move_block(p, usable, target);
     }
     return realloc_other(p, size);
 }

@@ -82,6 +82,35 @@ HZ_INLINE void *hz_link_next(const void *block) {
     return (void *)(hz_link_rel(block) ^ (uintptr_t)block);
 }
 
+/* Blocks freed by a thread other than their owner wait in a batch, or on the owner's
+ * loose list, until the owner takes them in; meanwhile the owner may free the block
+ * again and hand it out, or another thread free it again.  So such a block carries a
+ * link no other state gives it, which the owner requires as it takes the block in
+ * (remote.c): a block in a batch links to HZ_TRANSIT, and a loose list's links carry
+ * HZ_LOOSE_TAG in their top byte.  Neither is an address (user space is below 2^56),
+ * so a page's list never follows them, and a block in use reads so only if its
+ * writer knew the key. */
+#define HZ_TRANSIT ((void *)((uintptr_t)0xa5 << 56))
+#define HZ_LOOSE_TAG ((uintptr_t)0x5a << 56)
+#define HZ_TAG_MASK ((uintptr_t)0xff << 56)
+#if HZ_HARDENING
+HZ_INLINE void hz_transit_mark(void *block) { hz_link_set(block, HZ_TRANSIT); }
+HZ_INLINE bool hz_in_transit(const void *block) { return hz_link_next(block) == HZ_TRANSIT; }
+HZ_INLINE void hz_loose_link(void *block, const void *next) {
+    hz_link_set(block, (const void *)((uintptr_t)next | HZ_LOOSE_TAG));
+}
+/* The next block of block's loose list, or HZ_TRANSIT (no block) when block's link is
+ * not a loose list's. */
+HZ_INLINE void *hz_loose_next(const void *block) {
+    uintptr_t next = (uintptr_t)hz_link_next(block);
+    return (next & HZ_TAG_MASK) == HZ_LOOSE_TAG ? (void *)(next & ~HZ_TAG_MASK) : HZ_TRANSIT;
+}
+#else
+HZ_INLINE void hz_transit_mark(void *block) { (void)block; }
+HZ_INLINE void hz_loose_link(void *block, const void *next) { hz_link_set(block, next); }
+HZ_INLINE void *hz_loose_next(const void *block) { return hz_link_next(block); }
+#endif
+
 /* Put p, a block of page already checked to start one, back on page's list: LIFO,
  * so the next malloc gets a cache-hot block.  The free fast path, the owner taking
  * remote frees in and the quarantine's release all end here.  When that empties the
@@ -117,6 +146,8 @@ bool hz_far_next_valid(const void *next) HZ_HIDDEN;
 uintptr_t hz_link_far(const hz_page_t *page, const void *block, uintptr_t rel) HZ_HIDDEN;
 /* p is not a block start of `page`: report and abort. */
 HZ_COLD __attribute__((noreturn)) void hz_free_invalid(const hz_page_t *page, const void *p) HZ_HIDDEN;
+/* p is inside a large block but does not start it: report and abort. */
+HZ_COLD __attribute__((noreturn)) void hz_large_invalid(const void *p) HZ_HIDDEN;
 /* The page of *p, an address in a small segment, once *p is known to start one of
  * its carved blocks: free and the remote-free intake check this before they trust
  * *p (with hardening; without, unchecked).  A pointer that starts no block leaves
@@ -146,11 +177,15 @@ HZ_COLD __attribute__((noreturn)) void hz_report_corrupt(const void *p, size_t b
 /* Whether p's first word reads as a link of some list, followed (guard.c). */
 bool hz_block_linked(const void *p) HZ_HIDDEN;
 /* True when p's first word reads as a link of some list: p is already free.  Inline:
- * the owner asks it of every block another thread freed (remote.c, take_in).  A
- * block on a page's list links within its segment, one on another list is marked
- * (hz_far_mark): a block in use is neither, and leaves after two compares. */
+ * the senders of remote frees ask it where they read the page (remote.c).  A block
+ * on a page's list links within its segment, one in a batch to HZ_TRANSIT, one on
+ * another list is marked (hz_far_mark): a block in use is none of these, and leaves
+ * after three compares. */
 HZ_INLINE bool hz_block_on_list(const void *p) {
-    if (hz_likely(hz_link_rel(p) > HZ_SEGMENT_MASK) && hz_likely(!hz_far_marked(p))) return false;
+    uintptr_t rel = hz_link_rel(p);
+    if (hz_likely(rel > HZ_SEGMENT_MASK) && hz_likely(!hz_far_marked(p)) &&
+        hz_likely((rel ^ (uintptr_t)p) != (uintptr_t)HZ_TRANSIT))
+        return false;
     return hz_block_linked(p);
 }
 /* A page about to be retired: every carved block must read as free, else reported. */
@@ -162,6 +197,9 @@ bool hz_page_list_whole(const hz_page_t *page) HZ_HIDDEN;
 uint64_t hz_heap_random(hz_heap_t *heap) HZ_HIDDEN;
 /* The hardened variant's free of a block of the caller's heap (page.c). */
 void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event_fn event) HZ_HIDDEN;
+/* A block another thread freed, taken in by its owner (remote.c): into the
+ * quarantine, if it was not written after its free. */
+void hz_quarantine_remote(hz_heap_t *heap, hz_page_t *page, void *p) HZ_HIDDEN;
 /* Give every quarantined block back to its page (thread exit, trim; page.c). */
 void hz_quarantine_flush(hz_heap_t *heap) HZ_HIDDEN;
 #endif

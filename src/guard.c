@@ -40,8 +40,10 @@ void hz_guard_init(void) {
         k[0] = mix64(r0 ^ mix64(r1) ^ salt);
         k[1] = mix64(r1 ^ mix64(r0 + 0x5851f42d4c957f2dULL) ^ ~salt);
     }
-    /* A cleared link word (0) must never decode as a link within a segment. */
-    while ((k[0] >> HZ_SEGMENT_SHIFT) == 0) k[0] = mix64(k[0] + 0x9e3779b97f4a7c15ULL);
+    /* A cleared link word (0) must never decode as a link within a segment, nor as
+     * a loose list's (its top byte is the key's). */
+    while ((k[0] >> HZ_SEGMENT_SHIFT) == 0 || (k[0] & HZ_TAG_MASK) == HZ_LOOSE_TAG)
+        k[0] = mix64(k[0] + 0x9e3779b97f4a7c15ULL);
     hz_list_key = k[0];
     hz_far_key = k[1];
 }
@@ -53,7 +55,9 @@ bool hz_far_next_valid(const void *next) {
 
 bool hz_block_linked(const void *p) {
     const void *next = hz_link_next(p);
-    if (next == NULL || hz_far_next_valid(next)) return true; /* a loose list, a stash */
+    if (next == HZ_TRANSIT || ((uintptr_t)next & HZ_TAG_MASK) == HZ_LOOSE_TAG)
+        return true; /* a batch, a loose list */
+    if (hz_far_next_valid(next)) return true; /* a stash */
     return hz_list_end(next) && hz_segment_of(next) == hz_segment_of(p); /* a page's end */
 }
 
@@ -147,13 +151,20 @@ static __attribute__((noreturn)) void die(line_t *l, size_t bs) {
     abort();
 }
 
-void hz_free_invalid(const hz_page_t *page, const void *p) {
+static __attribute__((noreturn)) void invalid(const void *p, const char *why, size_t bs) {
     line_t l = {.n = 0};
     put_s(&l, "hakozuna: free of invalid pointer ");
     put_num(&l, (uintptr_t)p, 16);
-    put_s(&l, page == &hz_empty_page ? ": in a free span" : ": not a block hakozuna handed out");
-    die(&l, page->block_size);
+    put_s(&l, why);
+    die(&l, bs);
 }
+
+void hz_free_invalid(const hz_page_t *page, const void *p) {
+    invalid(p, page == &hz_empty_page ? ": in a free span" : ": not a block hakozuna handed out",
+            page->block_size);
+}
+
+void hz_large_invalid(const void *p) { invalid(p, ": inside a large block", 0); }
 
 void hz_report_double_free(const void *p, size_t bs) {
     line_t l = {.n = 0};

@@ -316,6 +316,8 @@ static inline void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
 /* ----------------------------------------------------------------- large */
 void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) HZ_HIDDEN;
 hz_large_t *hz_large_header(const void *p) HZ_HIDDEN;
+/* The large block whose first segment holds p, at its start or not, or NULL. */
+hz_large_t *hz_large_holding(const void *p) HZ_HIDDEN;
 /* A sampled block's leaving the heap profile is its caller's (alloc.c): the profile
  * is a layer above this one. */
 void hz_large_free(hz_large_t *h) HZ_HIDDEN;

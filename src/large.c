@@ -18,11 +18,16 @@ void hz_large_cache_forget(void) { cache_count = 0; cache_bytes = 0; }
 /* The header of the large block p, or NULL if p is not one. The header sits at the
  * segment boundary at or below p - 1 (one segment below p for alignments of a
  * segment or more), which the segment map marks HZ_SEG_LARGE. */
-hz_large_t *hz_large_header(const void *p) {
+hz_large_t *hz_large_holding(const void *p) {
     uintptr_t h = ((uintptr_t)p - 1) & ~(uintptr_t)HZ_SEGMENT_MASK;
     if (p == NULL || hz_segmap_kind(h) != HZ_SEG_LARGE) return NULL;
     hz_large_t *hdr = (hz_large_t *)h;
-    return hdr->magic == HZ_LARGE_MAGIC && hdr->user == p ? hdr : NULL;
+    return hdr->magic == HZ_LARGE_MAGIC ? hdr : NULL;
+}
+
+hz_large_t *hz_large_header(const void *p) {
+    hz_large_t *hdr = hz_large_holding(p);
+    return hdr != NULL && hdr->user == p ? hdr : NULL;
 }
 
 /* If the kernel refuses, the mapping stays (counted in os_errors and bytes_mapped). */

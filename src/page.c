@@ -237,16 +237,32 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
 /* Bytes of a freed block checked for writes when it leaves the quarantine. */
 #define QUARANTINE_CHECK 256
 
+/* Whether a freed block p of page, zeroed at its free, was written since: any of its
+ * first QUARANTINE_CHECK bytes from word `from` on that is not zero. */
+static bool written_after_free(const hz_page_t *page, const void *p, size_t from) {
+    const uint64_t *w = p;
+    size_t n = page->block_size < QUARANTINE_CHECK ? page->block_size : QUARANTINE_CHECK;
+    uint64_t acc = 0;
+    for (size_t i = from; i < n / 8; i++) acc |= w[i];
+    return acc != 0;
+}
+
 /* A quarantined block links to the end of a list (so a second free of it is seen)
  * and is zero after that word; anything else was written after free. */
 static void quarantine_release(hz_heap_t *heap, void *p, hz_page_event_fn event) {
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-    const uint64_t *w = p;
-    size_t n = page->block_size < QUARANTINE_CHECK ? page->block_size : QUARANTINE_CHECK;
-    uint64_t acc = hz_link_rel(p) ^ ((uintptr_t)p & HZ_SEGMENT_MASK);
-    for (size_t i = 1; i < n / 8; i++) acc |= w[i];
-    if (acc != 0) hz_report_corrupt(p, page->block_size);
+    if (hz_link_rel(p) != ((uintptr_t)p & HZ_SEGMENT_MASK) || written_after_free(page, p, 1))
+        hz_report_corrupt(p, page->block_size);
     hz_page_push_then(heap, page, p, event);
+}
+
+/* Into the quarantine, p zero after its first word. */
+static void quarantine_put(hz_heap_t *heap, void *p, hz_page_event_fn event) {
+    hz_link_set(p, hz_segment_of(p));
+    uint32_t i = heap->quarantine_next++ % HZ_QUARANTINE;
+    void *old = heap->quarantine[i];
+    heap->quarantine[i] = p;
+    if (old != NULL) quarantine_release(heap, old, event);
 }
 
 /* p was checked to start a block (hz_freed_block_page). */
@@ -254,11 +270,15 @@ void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event
     if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
     hz_stat_inc(heap->stats.frees[page->cls]);
     memset(p, 0, page->block_size);
-    hz_link_set(p, hz_segment_of(p));
-    uint32_t i = heap->quarantine_next++ % HZ_QUARANTINE;
-    void *old = heap->quarantine[i];
-    heap->quarantine[i] = p;
-    if (old != NULL) quarantine_release(heap, old, event);
+    quarantine_put(heap, p, event);
+}
+
+/* Its sender zeroed p and then wrote the marks of its list in its first two words
+ * (remote.c, freelist.h): anything else was written after free. */
+void hz_quarantine_remote(hz_heap_t *heap, hz_page_t *page, void *p) {
+    if (written_after_free(page, p, 2)) hz_report_corrupt(p, page->block_size);
+    ((uint64_t *)p)[1] = 0;
+    quarantine_put(heap, p, hz_page_free_event);
 }
 
 void hz_quarantine_flush(hz_heap_t *heap) {

@@ -39,7 +39,7 @@ static void loose_push(hz_heap_t *owner, void *p) {
     if (HZ_HARDENING) hz_far_mark(p);
     void *old = atomic_load_explicit(&owner->loose, memory_order_relaxed);
     do {
-        hz_link_set(p, old);
+        hz_loose_link(p, old);
     } while (!atomic_compare_exchange_weak_explicit(&owner->loose, &old, p, memory_order_release,
                                                     memory_order_relaxed));
 }
@@ -96,7 +96,7 @@ HZ_INLINE enum hz_remote_after outbox_refill(hz_heap_t *heap, hz_outbox_t *box,
         return HZ_REMOTE_POSTED;
     }
     box->dest = owner; /* after its batch */
-    b->blocks[b->count++] = p;
+    hz_batch_put(b, p);
     if (b->count < HZ_REMOTE_BATCH) return after;
     (void)outbox_flush(heap, box);
     return HZ_REMOTE_POSTED;
@@ -128,10 +128,8 @@ void hz_outbox_flush_all(hz_heap_t *heap) {
     hz_quarantine_flush(heap);
 #endif
     for (unsigned c = 1; c < HZ_CLASSES; c++)
-        for (void *p; (p = hz_stash_pop(heap, c)) != NULL;) {
-            hz_link_clear(p); /* a batched block must not read as linked (take_in) */
+        for (void *p; (p = hz_stash_pop(heap, c)) != NULL;)
             (void)outbox_append(heap, hz_segment_of(p)->heap, p);
-        }
     for (unsigned i = 0; i < HZ_OUTBOX_WAYS; i++) (void)outbox_flush(heap, &heap->outbox[i]);
 }
 
@@ -216,17 +214,32 @@ bool hz_inbox_pending(hz_heap_t *heap) {
 }
 
 /* A block another thread freed, coming home: checked in full, since its address
- * came from another thread's memory.  A block of a batch was not written by its
- * sender, so one that reads as linked is already on a list: freed twice (by two
- * threads, or by one before and one after its owner took it in). */
-HZ_INLINE void take_in(hz_heap_t *heap, void *p, bool batched) {
+ * came from another thread's memory.  Returns its page; *p becomes its block (a
+ * heap-profile sample's pointer leaves the profile). */
+HZ_INLINE hz_page_t *intake_check(const hz_heap_t *heap, void **p) {
     /* A small segment's map entry is its owner: one compare puts p in one of this
      * heap's segments, whose unit map then gives its page. */
-    if (HZ_HARDENING && hz_segmap_entry((uintptr_t)p) != (uintptr_t)heap) hz_report_corrupt(p, 0);
-    hz_page_t *page = hz_freed_block_page(&p); /* e.g. an interior pointer: reported */
-    if (HZ_HARDENING && batched && hz_unlikely(hz_block_on_list(p)))
-        hz_report_double_free(p, page->block_size);
+    if (HZ_HARDENING && hz_segmap_entry((uintptr_t)*p) != (uintptr_t)heap) hz_report_corrupt(*p, 0);
+    return hz_freed_block_page(p); /* e.g. an interior pointer: reported */
+}
+
+/* Block p of page, checked, back where its owner hands it out again. */
+HZ_INLINE void intake_home(hz_heap_t *heap, hz_page_t *page, void *p) {
+#if HZ_HARDENED
+    hz_quarantine_remote(heap, page, p);
+#else
     hz_page_push(heap, page, p);
+#endif
+}
+
+/* p, from a batch: it must still read as travelling (freelist.h).  If not, it was
+ * freed again since its sender's free (by its owner, which may have handed it out
+ * again, or by a third thread whose batch came first), or written after free. */
+HZ_INLINE void take_in(hz_heap_t *heap, void *p) {
+    void *block = p;
+    hz_page_t *page = intake_check(heap, &block);
+    if (HZ_HARDENING && hz_unlikely(!hz_in_transit(p))) hz_report_double_free(block, page->block_size);
+    intake_home(heap, page, block);
 }
 
 /* An emptied batch goes back to the heap that fills it. */
@@ -268,17 +281,22 @@ void hz_heap_collect(hz_heap_t *heap) {
             for (uint32_t i = 0; i < count; i++) {
                 if (i + HZ_COLLECT_AHEAD < count)
                     hz_prefetch_write(b->blocks[i + HZ_COLLECT_AHEAD]);
-                take_in(heap, b->blocks[i], true);
+                take_in(heap, b->blocks[i]);
             }
             n += count;
             batch_return(b);
             b = next;
         }
     }
+    /* A loose list's link is followed only once its block passed the checks and
+     * still reads as on a loose list. */
     void *list = atomic_exchange_explicit(&heap->loose, NULL, memory_order_acquire);
     while (list != NULL) {
-        void *next = hz_link_next(list);
-        take_in(heap, list, false);
+        void *block = list;
+        hz_page_t *page = intake_check(heap, &block);
+        void *next = hz_loose_next(list);
+        if (HZ_HARDENING && hz_unlikely(next == HZ_TRANSIT)) hz_report_double_free(block, page->block_size);
+        intake_home(heap, page, block);
         list = next;
         n++;
     }

@@ -25,13 +25,19 @@ HZ_INLINE hz_outbox_t *hz_outbox_for(hz_heap_t *heap, const hz_heap_t *owner) {
     return &heap->outbox[((uintptr_t)owner >> 12) & (HZ_OUTBOX_WAYS - 1)];
 }
 
+/* Add p to batch b, marked as travelling (freelist.h, hz_transit_mark). */
+HZ_INLINE void hz_batch_put(hz_batch_t *b, void *p) {
+    hz_transit_mark(p);
+    b->blocks[b->count++] = p;
+}
+
 /* Add p, owner's block, to box's open batch if that takes it without being posted;
  * false otherwise (no batch, another owner's, or p would fill it).  A box names an
  * owner only while it holds a batch (remote.c), so one compare covers the first two. */
 HZ_INLINE bool hz_outbox_add(hz_outbox_t *box, const hz_heap_t *owner, void *p) {
     hz_batch_t *b = box->batch;
     if (box->dest != owner || b->count + 1 >= HZ_REMOTE_BATCH) return false;
-    b->blocks[b->count++] = p;
+    hz_batch_put(b, p);
     return true;
 }
 
