@@ -222,6 +222,8 @@ size_t hz_os_purge(void *p, size_t size) HZ_HIDDEN;
 void hz_os_guard(void *p, size_t size) HZ_HIDDEN;
 bool hz_os_unguard(void *p, size_t size) HZ_HIDDEN;
 void *hz_os_reserve_zero(size_t size) HZ_HIDDEN;
+/* The process's limit of address space (RLIMIT_AS), SIZE_MAX if none. */
+size_t hz_os_address_space_limit(void) HZ_HIDDEN;
 void *hz_os_move(void *p, size_t old_size, size_t new_size, void *target) HZ_HIDDEN;
 bool hz_os_resize_in_place(void *p, size_t old_size, size_t new_size) HZ_HIDDEN;
 uint64_t hz_os_now_ms(void) HZ_HIDDEN;

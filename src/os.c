@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -251,6 +252,16 @@ bool hz_os_unguard(void *p, size_t size) {
 /* Address space that reads as zero: a private read-only mapping, neither charged
  * against the overcommit limit nor resident until pages of it are made writable
  * (hz_os_unguard).  Not counted as mapped: the caller counts what it makes writable. */
+size_t hz_os_address_space_limit(void) {
+    struct rlimit r;
+    int saved = errno;
+    if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur > SIZE_MAX) {
+        errno = saved;
+        return SIZE_MAX;
+    }
+    return (size_t)r.rlim_cur;
+}
+
 void *hz_os_reserve_zero(size_t size) {
     void *p = os_mmap(NULL, hz_align_up(size, hz_os_page_size()), PROT_READ,
                       MAP_PRIVATE | MAP_ANONYMOUS);

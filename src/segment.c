@@ -14,9 +14,9 @@
  * of address space, neither charged nor resident), the top table pointing into it,
  * so that free() finds an entry with one shift and one load instead of going
  * through the top table.  A page of it is made writable when a segment first lands
- * in its range (each covers 2 GiB of address space).  Where the reservation is
- * refused (ulimit -v), leaves are mapped one by one when first needed and lookups
- * take the two-level way.  Either way nothing of the map is ever unmapped, and the
+ * in its range (each covers 2 GiB of address space).  Under a limit of address space
+ * below 1 GiB (ulimit -v), or where the reservation is refused, leaves are mapped
+ * one by one when first needed and lookups take the two-level way.  Either way nothing of the map is ever unmapped, and the
  * zero leaf is never written. */
 #define LEAF_BYTES (HZ_SEGMAP_LEAF_ENTRIES * sizeof(uintptr_t))
 #define FLAT_BYTES (HZ_SEGMAP_ENTRIES * sizeof(uintptr_t))
@@ -33,6 +33,9 @@ void hz_segmap_init(void) {
     /* Only an empty map may change form: no leaf of the two-level way yet. */
     for (size_t t = 0; t < HZ_SEGMAP_TOP_ENTRIES; t++)
         if (atomic_load_explicit(&hz_segmap_top[t], memory_order_relaxed) != zero_leaf) return;
+    /* Under a limit of address space (ulimit -v) the reservation would take a
+     * quarter of it or more from the program: leaves one by one then. */
+    if (hz_os_address_space_limit() / 4 < FLAT_BYTES) return;
     _Atomic uintptr_t *flat = hz_os_reserve_zero(FLAT_BYTES);
     if (flat == NULL) return;
     for (size_t t = 0; t < HZ_SEGMAP_TOP_ENTRIES; t++)

@@ -3,6 +3,9 @@
 #   1. Under `ulimit -v 16384`, /bin/true and sh -c run with the library
 #      preloaded, and python3 -c pass under `ulimit -v 24576` (32768 for the
 #      checked variant; it runs under 16384 without the library).
+#   1b. Under `ulimit -v 307200` (300 MiB), python3 gets 150 MiB in 64 KiB
+#      blocks, as it does without the library: the segment map's 256 MiB
+#      reservation is not made under a limit that small.
 #   2. A small program (tests/footprint_prog) commits less than 4 MiB more with the
 #      library than without: committed = private writable mappings, which is what
 #      the kernel charges against its overcommit limit.
@@ -40,6 +43,10 @@ if command -v python3 >/dev/null 2>&1 && run_plain 16384 python3 -c pass; then
         "import sys; sys.exit('libhakozuna' not in open('/proc/self/maps').read())"
 else
     skip "python3 does not run under ulimit -v 16384 even without the library"
+fi
+grab='b = [bytearray(64 << 10) for i in range(2400)]'
+if command -v python3 >/dev/null 2>&1 && run_plain 307200 python3 -c "$grab"; then
+    check "python3 gets 150 MiB under ulimit -v 307200" run_limited 307200 python3 -c "$grab"
 fi
 
 with=$(LD_PRELOAD="$lib" "$prog")
