@@ -7,7 +7,7 @@
 /* The allocation slow path proper, marked busy for fork (init.c): the blocks other
  * threads freed into the heap come back first, then a page with a free block is
  * found or made.  Heaps nobody owns get their upkeep from here when it is due. */
-static hz_page_t *page_refill(hz_heap_t *heap, unsigned cls) {
+HZ_INLINE hz_page_t *page_refill(hz_heap_t *heap, unsigned cls) {
     heap->busy++;
     hz_stat_inc(heap->stats.refills);
     hz_shm_tick();
@@ -18,15 +18,35 @@ static hz_page_t *page_refill(hz_heap_t *heap, unsigned cls) {
     return page;
 }
 
+/* The OS refused memory to the calling thread: give back to it what the process
+ * holds freed (as malloc_trim does: empty segments, cached large blocks, the freed
+ * pages of every heap, and blocks held for their owners or in a quarantine) before
+ * the caller tries once more.  False for the shared heaps of threads without one,
+ * which are locked here: no second try. */
+static HZ_COLD HZ_NOINLINE bool reclaim(const hz_heap_t *heap) {
+    if (heap != hz_tls_heap || hz_heap_shared(heap)) return false;
+    (void)hz_trim_impl();
+    return true;
+}
+
+/* class_block's page_refill found no memory: reclaim, and one more try. */
+static HZ_COLD HZ_NOINLINE void *class_block_retry(hz_heap_t *heap, unsigned cls, bool *zero) {
+    hz_page_t *page;
+    if (!reclaim(heap) || (page = page_refill(heap, cls)) == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    *zero = page->free_is_zero;
+    return hz_page_pop(heap, page, page->free);
+}
+
 /* A block of class cls from `heap`; *zero tells whether it is known to be zero past
  * its first word. */
 static void *class_block(hz_heap_t *heap, unsigned cls, bool *zero) {
     hz_page_t *page = heap->current[cls];
     if (hz_list_end(page->free)) page = hz_stash_serve(heap, cls, page);
-    if (hz_list_end(page->free) && (page = page_refill(heap, cls)) == NULL) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (hz_list_end(page->free) && (page = page_refill(heap, cls)) == NULL)
+        return class_block_retry(heap, cls, zero);
     *zero = page->free_is_zero;
     return hz_page_pop(heap, page, page->free);
 }
@@ -58,7 +78,9 @@ static void *alloc_class(unsigned cls, bool *zero) {
 static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     if (hz_unlikely(hz_tls_heap == &hz_empty_heap)) (void)hz_thread_init();
     hz_shm_tick(); /* a program that allocates only large blocks publishes too */
-    return hz_large_alloc(size, alignment, zero);
+    void *p = hz_large_alloc(size, alignment, zero);
+    if (hz_unlikely(p == NULL) && reclaim(hz_tls_heap)) p = hz_large_alloc(size, alignment, zero);
+    return p;
 }
 
 /* A sample of size bytes for the heap profile (prof.c), or NULL to allocate it

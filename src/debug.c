@@ -451,13 +451,21 @@ static void quarantine_put(char *b, size_t bs) {
         if ((old = quarantine_swap(0)) != NULL) quarantine_release(old);
 }
 
-/* At exit, the blocks still in quarantine are checked too. */
-static __attribute__((destructor)) void quarantine_drain(void) {
+/* Every block in the quarantine leaves it, checked; true if there was any. */
+static bool quarantine_empty_out(void) {
+    bool any = false;
     for (unsigned i = 0; i < QUARANTINE_SLOTS; i++) {
         char *b = (char *)atomic_exchange_explicit(&quarantine[i], 0, memory_order_acq_rel);
-        if (b != NULL) quarantine_release(b);
+        if (b != NULL) {
+            quarantine_release(b);
+            any = true;
+        }
     }
+    return any;
 }
+
+/* At exit, the blocks still in quarantine are checked too. */
+static __attribute__((destructor)) void quarantine_drain(void) { (void)quarantine_empty_out(); }
 
 /* ---------------------------------------------------------------- handing out */
 /* The core just took b off its page's free list and read b's first word as the
@@ -470,9 +478,17 @@ static void check_next(const hz_page_t *page, const char *b) {
         report_uaf(b, 0, page->block_size);
 }
 
+/* The core is out of memory: the quarantine's blocks go back to it (checked) before
+ * one more try, which is worth making if there were any. */
+#define CORE_RETRY(b, call)                                                                        \
+    do {                                                                                           \
+        if (hz_unlikely((b) == NULL) && quarantine_empty_out()) (b) = (call);                      \
+    } while (0)
+
 HZ_INLINE void *core_alloc(size_t n) {
     VG_QUIET();
     void *b = hz_alloc_fast(n);
+    CORE_RETRY(b, hz_alloc_fast(n));
     VG_LOUD();
     return b;
 }
@@ -607,6 +623,7 @@ void *hz_debug_calloc(size_t count, size_t size) {
     /* Large: the core knows when a fresh mapping is zero already. */
     VG_QUIET();
     char *b = hz_calloc_impl(1, total + OVERHEAD);
+    CORE_RETRY(b, hz_calloc_impl(1, total + OVERHEAD));
     VG_LOUD();
     return b != NULL ? hand_out(b, total, 0, true, true) : NULL;
 }
@@ -626,6 +643,7 @@ void *hz_debug_aligned(size_t alignment, size_t size) {
     }
     VG_QUIET();
     char *b = hz_aligned_impl(alignment, size + alignment + MIN_CANARY);
+    CORE_RETRY(b, hz_aligned_impl(alignment, size + alignment + MIN_CANARY));
     VG_LOUD();
     return b != NULL ? hand_out(b, size, alignment, false, false) : NULL;
 }

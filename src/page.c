@@ -312,10 +312,35 @@ static void prefetch_queue(const hz_page_t *next) {
     __builtin_prefetch(next->next);
 }
 
+/* The OS has no memory for a page of class cls: put the heap's pages of that class
+ * that left their queue full, and have free blocks again (fewer than a quarter of
+ * theirs, full_offset), back in the queue.  A page that waits so has `used` above
+ * zero; one a fork child keeps out of use (page_retire) has 0.  True if any. */
+static HZ_COLD HZ_NOINLINE bool requeue_full(hz_heap_t *heap, unsigned cls) {
+    bool any = false;
+    for (hz_segment_t *seg = heap->segments; seg != NULL; seg = seg->next) {
+        for (unsigned u = 0; u < HZ_UNITS;) {
+            hz_page_t *page = &seg->pages[u];
+            if (seg->free_units & (1ULL << u)) {
+                u++;
+                continue;
+            }
+            u += page->units > 0 ? page->units : 1u;
+            if (page->cls != cls || page->in_queue || page->used <= 0 || hz_list_end(page->free))
+                continue;
+            page->used += full_offset(page);
+            queue_push_back(&heap->queues[cls], page);
+            any = true;
+        }
+    }
+    return any;
+}
+
 /* A page of class cls with a block on its free list, found or made, and made current
  * (NULL when the OS has no memory). */
 hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) {
     hz_page_queue_t *q = &heap->queues[cls];
+again:;
     hz_page_t *page = q->first, *next;
     for (; page != NULL; page = next) {
         next = page->next;
@@ -330,6 +355,7 @@ hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) {
     if (page == NULL) {
         page = page_new(heap, cls);
         if (page == NULL) {
+            if (requeue_full(heap, cls)) goto again;
             hz_set_current(heap, cls, q->first);
             return NULL;
         }

@@ -17,6 +17,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 /* Not declared by glibc 2.36's headers; resolved with dlsym so that the test
@@ -616,6 +617,64 @@ static void test_errno_kept(void)
     CHECK(res == NULL, "%s", (const char *)res);
 }
 
+/* ------------------------------------------------------- exhaustion */
+/* In a child whose address space is capped 64 MiB above what it maps now: malloc
+ * until it fails, free every fifth block, and get as many back (the pages they are
+ * in had left their queues full); then free everything and get one 40 MiB block,
+ * from memory the small blocks held.  Exit status: which step failed. */
+static int exhaustion_child(void)
+{
+    char status[8192];
+    const char *vm = NULL;
+    if (hz_test_read_file("/proc/self/status", status, sizeof status) > 0)
+        vm = strstr(status, "VmSize:");
+    if (vm == NULL)
+        return 2;
+    size_t base = strtoul(vm + 7, NULL, 10) << 10;
+    enum { MAX = 1 << 21 };
+    void **p = mmap(NULL, MAX * sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                    -1, 0);
+    if (p == MAP_FAILED)
+        return 2;
+    struct rlimit rl = {base + ((size_t)64 << 20), base + ((size_t)64 << 20)};
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+        return 2;
+    size_t n = 0;
+    errno = 0;
+    while (n < MAX && (p[n] = malloc(opaque(100))) != NULL)
+        memset(p[n++], 1, 100);
+    if (n == MAX || n < 1000 || errno != ENOMEM)
+        return 3; /* the cap did not bite, or failed another way */
+    size_t freed = 0;
+    for (size_t i = 0; i < n; i += 5, freed++) {
+        free(p[i]);
+        p[i] = NULL;
+    }
+    for (size_t i = 0; i < n; i += 5)
+        if ((p[i] = malloc(opaque(100))) == NULL)
+            return 4; /* blocks of the size just freed, refused */
+    for (size_t i = 0; i < n; i++)
+        free(p[i]);
+    void *big = malloc(opaque((size_t)40 << 20));
+    if (big == NULL)
+        return 5; /* freed small blocks' memory kept from a large one */
+    free(big);
+    return freed > 0 ? 0 : 3;
+}
+
+static void test_exhaustion(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork failed");
+    if (pid == 0)
+        _exit(exhaustion_child());
+    int st = hz_test_wait_child(pid, 120000);
+    CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "exhaustion child: status %#x (exit 3: the cap did not bite; 4: malloc(100) "
+          "refused after blocks of that size were freed; 5: 40 MiB refused after "
+          "everything was freed; a signal: crashed)", (unsigned)st);
+}
+
 /* ------------------------------------------------------------- calloc */
 
 static void test_calloc_dirty(void)
@@ -888,6 +947,7 @@ int main(void)
 
     double t0 = hz_test_now();
     test_calloc_fresh_faults();
+    test_exhaustion(); /* early: memory freed by earlier tests would soften the cap */
     test_malloc_zero();
     test_malloc_sizes();
     test_errors();
