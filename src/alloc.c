@@ -18,14 +18,27 @@ HZ_INLINE hz_page_t *page_refill(hz_heap_t *heap, unsigned cls) {
     return page;
 }
 
+/* Give back to the OS what the process holds freed: heap (the caller's, or NULL)
+ * tidied `how`, the heaps nobody owns, the caches of empty segments and large
+ * blocks.  Whether anything went back. */
+static bool give_back(hz_heap_t *heap, enum hz_tidy how) {
+    uint64_t before = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
+    if (heap != NULL) hz_heap_tidy(heap, how);
+    if (hz_process_ready()) hz_heaps_trim();
+    bool dropped = hz_segment_cache_trim();
+    dropped |= hz_large_cache_trim();
+    uint64_t after = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
+    return dropped || after > before;
+}
+
 /* The OS refused memory to the calling thread: give back to it what the process
  * holds freed (as malloc_trim does: empty segments, cached large blocks, the freed
  * pages of every heap, and blocks held for their owners or in a quarantine) before
  * the caller tries once more.  False for the shared heaps of threads without one,
  * which are locked here: no second try. */
-static HZ_COLD HZ_NOINLINE bool reclaim(const hz_heap_t *heap) {
+static HZ_COLD HZ_NOINLINE bool reclaim(hz_heap_t *heap) {
     if (heap != hz_tls_heap || hz_heap_shared(heap)) return false;
-    (void)hz_trim_impl();
+    (void)give_back(heap, HZ_TIDY_ROOM);
     return true;
 }
 
@@ -449,12 +462,6 @@ void *hz_aligned_impl(size_t alignment, size_t size) {
 }
 
 int hz_trim_impl(void) {
-    uint64_t before = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
     hz_heap_t *heap = hz_tls_heap;
-    if (!hz_heap_shared(heap)) hz_heap_tidy(heap, HZ_TIDY_ALL);
-    if (hz_process_ready()) hz_heaps_trim();
-    bool dropped = hz_segment_cache_trim();
-    dropped |= hz_large_cache_trim();
-    uint64_t after = hz_gstat_load(bytes_purged) + hz_gstat_load(bytes_unmapped);
-    return dropped || after > before;
+    return give_back(hz_heap_shared(heap) ? NULL : heap, HZ_TIDY_ALL);
 }

@@ -126,7 +126,7 @@ void hz_heap_tidy(hz_heap_t *heap, enum hz_tidy how) {
     heap->busy++;
     hz_outbox_flush_all(heap);
     hz_heap_collect(heap);
-    hz_heap_retire_empty(heap);
+    if (how != HZ_TIDY_ROOM) hz_heap_retire_empty(heap);
     hz_heap_purge(heap, how != HZ_TIDY_TIMED);
     if (how != HZ_TIDY_TIMED) hz_heap_release_segments(heap, how == HZ_TIDY_ALL);
     heap->busy--;

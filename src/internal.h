@@ -329,7 +329,10 @@ bool hz_large_cache_trim(void) HZ_HIDDEN;
 /* ------------------------------------------------------- a heap's life (heap.c) */
 hz_heap_t *hz_heap_acquire(void) HZ_HIDDEN;
 void hz_heap_abandon(hz_heap_t *heap) HZ_HIDDEN;
-enum hz_tidy { HZ_TIDY_TIMED, HZ_TIDY_ALL, HZ_TIDY_ALL_SEGMENTS };
+/* TIMED: purge on the time policy; ALL: everything, keeping one empty segment;
+ * ALL_SEGMENTS: everything; ROOM: everything, but the empty pages each class keeps
+ * stay (retired, a class's next pages would be full-sized: page.c, page_new). */
+enum hz_tidy { HZ_TIDY_TIMED, HZ_TIDY_ALL, HZ_TIDY_ALL_SEGMENTS, HZ_TIDY_ROOM };
 void hz_heap_tidy(hz_heap_t *heap, enum hz_tidy how) HZ_HIDDEN;
 hz_heap_t *hz_exit_heap_lock(void) HZ_HIDDEN;
 void hz_exit_heap_unlock(hz_heap_t *heap) HZ_HIDDEN;

@@ -249,9 +249,6 @@ bool hz_os_unguard(void *p, size_t size) {
     return false;
 }
 
-/* Address space that reads as zero: a private read-only mapping, neither charged
- * against the overcommit limit nor resident until pages of it are made writable
- * (hz_os_unguard).  Not counted as mapped: the caller counts what it makes writable. */
 size_t hz_os_address_space_limit(void) {
     struct rlimit r;
     int saved = errno;
@@ -262,6 +259,9 @@ size_t hz_os_address_space_limit(void) {
     return (size_t)r.rlim_cur;
 }
 
+/* Address space that reads as zero: a private read-only mapping, neither charged
+ * against the overcommit limit nor resident until pages of it are made writable
+ * (hz_os_unguard).  Not counted as mapped: the caller counts what it makes writable. */
 void *hz_os_reserve_zero(size_t size) {
     void *p = os_mmap(NULL, hz_align_up(size, hz_os_page_size()), PROT_READ,
                       MAP_PRIVATE | MAP_ANONYMOUS);
