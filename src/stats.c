@@ -40,8 +40,12 @@ static void merge_heap(hz_heap_t *heap, void *arg) {
 static void merge_all(merged_t *m) {
     memset(m, 0, sizeof *m);
     hz_heaps_visit(merge_heap, m);
-    for (unsigned c = 1; c < HZ_CLASSES; c++)
-        m->frees[c] += __atomic_load_n(&hz_heapless_frees[c], __ATOMIC_RELAXED);
+    /* Frees by threads without a heap: remote frees their owners count received. */
+    for (unsigned c = 1; c < HZ_CLASSES; c++) {
+        uint64_t n = __atomic_load_n(&hz_heapless_frees[c], __ATOMIC_RELAXED);
+        m->frees[c] += n;
+        m->remote_sent += n;
+    }
 }
 
 HZ_API int hz_stats_get(struct hz_stats *out, size_t size) {

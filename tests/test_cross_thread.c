@@ -10,6 +10,7 @@
  */
 #include "hz_test.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -289,6 +290,39 @@ static void *consumer(void *arg)
     return NULL;
 }
 
+/* A thread that never allocates frees 40 blocks of this one: 40 remote frees sent,
+ * whatever the sender had, and never more received than sent.  (The checked
+ * variant's frees wait in its quarantine: it sends later.) */
+static void *free_forty(void *arg)
+{
+    void **blocks = arg;
+    for (int i = 0; i < 40; i++)
+        free(blocks[i]);
+    return NULL;
+}
+static void heapless_frees_counted(void)
+{
+    struct hz_stats before, after;
+    void *blocks[40];
+    for (int i = 0; i < 40; i++)
+        CHECK((blocks[i] = malloc(64)) != NULL, "malloc failed");
+    CHECK(hz_test_stats(&before), "hz_stats_get is not available");
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, free_forty, blocks) == 0, "pthread_create failed");
+    pthread_join(t, NULL);
+    malloc_trim(0); /* take them in */
+    CHECK(hz_test_stats(&after), "hz_stats_get is not available");
+    uint64_t sent = after.remote_frees_sent - before.remote_frees_sent;
+    printf("a thread without a heap freed 40 blocks: remote_frees_sent +%llu, recv +%llu\n",
+           (unsigned long long)sent,
+           (unsigned long long)(after.remote_frees_recv - before.remote_frees_recv));
+    if (!hz_test_checked_variant())
+        CHECK(sent >= 40, "remote_frees_sent grew by %llu, not 40", (unsigned long long)sent);
+    CHECK(after.remote_frees_recv <= after.remote_frees_sent,
+          "remote_frees_recv %llu above remote_frees_sent %llu",
+          (unsigned long long)after.remote_frees_recv, (unsigned long long)after.remote_frees_sent);
+}
+
 int main(void)
 {
     int hz = hz_test_require_loaded();
@@ -331,6 +365,7 @@ int main(void)
                (unsigned long long)st.remote_frees_sent, (unsigned long long)st.remote_frees_recv,
                (unsigned long long)st.remote_batches);
         CHECK(st.remote_frees_sent > 0, "hz_stats: remote_frees_sent is 0 after cross-thread frees");
+        heapless_frees_counted();
     }
     return 0;
 }

@@ -663,7 +663,9 @@ static void seg_live(struct seg *g) {
     uint64_t mallocs = 0, frees = 0, in_use = 0;
     unsigned n = class_limit(s) < HZ_SHM_THREAD_CLASSES ? class_limit(s) : HZ_SHM_THREAD_CLASSES;
     for (unsigned k = 1; k < n; k++) {
-        f[k] += LD(l->heapless_frees[k]);
+        uint64_t heapless = LD(l->heapless_frees[k]); /* remote frees, received as such */
+        f[k] += heapless;
+        sent += heapless;
         s->classes[k].mallocs = m[k];
         s->classes[k].frees = f[k];
         mallocs += m[k], frees += f[k];
