@@ -11,7 +11,7 @@ HZ_API void hz_free(void *p) { hz_entry_free(p); }
 HZ_API void *hz_calloc(size_t count, size_t size) { return hz_entry_calloc(count, size); }
 HZ_API void *hz_realloc(void *p, size_t size) { return hz_entry_realloc(p, size); }
 HZ_API size_t hz_usable_size(const void *p) { return hz_entry_usable(p); }
-HZ_API int hz_trim(void) { return hz_trim_impl(); }
+HZ_API int hz_trim(void) { return hz_entry_trim(); }
 
 HZ_API void *hz_aligned_alloc(size_t alignment, size_t size) {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0) {

@@ -464,6 +464,13 @@ static bool quarantine_empty_out(void) {
     return any;
 }
 
+/* malloc_trim: the quarantine's blocks go back to the core (checked) before it gives
+ * back what it holds freed: a program that trims wants its freed memory back. */
+int hz_debug_trim(void) {
+    bool any = quarantine_empty_out();
+    return hz_trim_impl() || any;
+}
+
 /* At exit, the blocks still in quarantine are checked too. */
 static __attribute__((destructor)) void quarantine_drain(void) { (void)quarantine_empty_out(); }
 

@@ -16,6 +16,7 @@ void *hz_debug_calloc(size_t count, size_t size) HZ_HIDDEN;
 void *hz_debug_realloc(void *p, size_t size) HZ_HIDDEN;
 size_t hz_debug_usable_size(const void *p) HZ_HIDDEN;
 void *hz_debug_aligned(size_t alignment, size_t size) HZ_HIDDEN;
+int hz_debug_trim(void) HZ_HIDDEN;
 #define hz_entry_malloc(n) hz_debug_malloc(n)
 #define hz_entry_free(p) hz_debug_free(p, HZ_SIZE_UNKNOWN, 0)
 #define hz_entry_free_sized(p, n, a) hz_debug_free(p, n, a)
@@ -23,6 +24,7 @@ void *hz_debug_aligned(size_t alignment, size_t size) HZ_HIDDEN;
 #define hz_entry_realloc(p, n) hz_debug_realloc(p, n)
 #define hz_entry_usable(p) hz_debug_usable_size(p)
 #define hz_entry_aligned(a, n) hz_debug_aligned(a, n)
+#define hz_entry_trim() hz_debug_trim()
 #else
 #define hz_entry_malloc(n) hz_alloc_fast(n)
 #define hz_entry_free(p) hz_free_fast(p)
@@ -31,6 +33,7 @@ void *hz_debug_aligned(size_t alignment, size_t size) HZ_HIDDEN;
 #define hz_entry_realloc(p, n) hz_realloc_impl(p, n)
 #define hz_entry_usable(p) hz_usable_size_impl(p)
 #define hz_entry_aligned(a, n) hz_aligned_impl(a, n)
+#define hz_entry_trim() hz_trim_impl()
 #endif
 
 #endif /* HZ_ENTRY_H */

@@ -30,7 +30,7 @@ HZ_EXPORT void *pvalloc(size_t size) { return hz_pvalloc_impl(size); }
 HZ_EXPORT size_t malloc_usable_size(void *p) { return hz_entry_usable(p); }
 HZ_EXPORT int malloc_trim(size_t pad) {
     (void)pad;
-    return hz_trim_impl();
+    return hz_entry_trim();
 }
 HZ_EXPORT struct mallinfo2 mallinfo2(void) { return hz_mallinfo2_impl(); }
 HZ_EXPORT void malloc_stats(void) { hz_malloc_stats_impl(); }
