@@ -92,7 +92,11 @@ static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     if (hz_unlikely(hz_tls_heap == &hz_empty_heap)) (void)hz_thread_init();
     hz_shm_tick(); /* a program that allocates only large blocks publishes too */
     void *p = hz_large_alloc(size, alignment, zero);
-    if (hz_unlikely(p == NULL) && reclaim(hz_tls_heap)) p = hz_large_alloc(size, alignment, zero);
+    /* Not for a request larger than all the allocator maps: giving everything back
+     * could not make room for it (a program probing for the largest block it can
+     * get would have its heaps purged at every probe). */
+    if (hz_unlikely(p == NULL) && size <= hz_gstat_load(bytes_mapped) && reclaim(hz_tls_heap))
+        p = hz_large_alloc(size, alignment, zero);
     return p;
 }
 
