@@ -330,6 +330,10 @@ if start_prog live --stats; then
             "$HZSTAT" $a "$p" >/dev/full 2>"$tmp/e"
             expect_rc "hzstat $a PID >/dev/full" 1 $?
         done
+        for a in --version --help; do
+            "$HZSTAT" $a >/dev/full 2>"$tmp/e"
+            expect_rc "hzstat $a >/dev/full" 1 $?
+        done
     else
         skip "write errors: no /dev/full"
     fi

@@ -1827,8 +1827,8 @@ int main(int argc, char **argv) {
         case 'V':
             printf("hzstat (hakozuna) %s, stats segment layout %u, heap profile layout %u\n",
                    PACKAGE_VERSION, HZ_SHM_LAYOUT_VERSION, HZ_PROF_LAYOUT_VERSION);
-            return EXIT_OK;
-        case 'h': usage(stdout); return EXIT_OK;
+            return stdout_status();
+        case 'h': usage(stdout); return stdout_status();
         case ':': return usage_error("option %s needs an argument", argv[optind - 1]);
         default:
             if (optopt) return usage_error("unknown option -%c", optopt);
