@@ -68,7 +68,11 @@ if [ "$mode" = demo ]; then
             # Under hzrun --stats, watched live by hzstat from outside the process.
             hzrun --stats -- "$prog" $args >"$out/$who.txt" &
             pid=$!
-            while [ ! -e "/dev/shm/hakozuna.$pid" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+            # Until hzstat can read it (a process that may change its user id, as
+            # root, keeps no name in /dev/shm: hzstat finds it through /proc).
+            until hzstat -1 -f mallocs "$pid" >/dev/null 2>&1 || ! kill -0 "$pid" 2>/dev/null; do
+                sleep 0.1
+            done
             hzstat -i 1 "$pid" 2>&1 | sed 's/^/   hzstat| /' &
             watcher=$!
             wait "$pid" || { echo "demo: the program failed under $who" >&2; exit 1; }
