@@ -447,7 +447,10 @@ void *hz_realloc_impl(void *p, size_t size) {
         /* another heap's, a heap-profile sample's, or a pointer that starts no block */
         size_t usable = hz_block_room(page, p); /* before the copy reads a block's worth */
         size_t target = realloc_target(page, usable, size);
-        return target == 0 ? realloc_stays(page, p) : move_block(p, usable, target);
+        if (target != 0) return move_block(p, usable, target);
+        /* A sample's first word is the program's (its mark is before it), and
+         * hz_block_room found the mark: it is in use. */
+        return hz_block_carved(page, p) ? realloc_stays(page, p) : p;
     }
     return realloc_other(p, size);
 }

@@ -55,8 +55,13 @@ bool hz_far_next_valid(const void *next) {
 
 bool hz_block_linked(const void *p) {
     const void *next = hz_link_next(p);
-    if (next == HZ_TRANSIT || ((uintptr_t)next & HZ_TAG_MASK) == HZ_LOOSE_TAG)
-        return true; /* a batch, a loose list */
+    if (next == HZ_TRANSIT) return true; /* a batch */
+    /* A loose list's link: its tag is one byte, which a program's data matches once
+     * in 256, so the link it carries must be the list's end or a block too. */
+    if (((uintptr_t)next & HZ_TAG_MASK) == HZ_LOOSE_TAG) {
+        const void *untagged = (const void *)((uintptr_t)next & ~HZ_TAG_MASK);
+        return untagged == NULL || hz_block_page(untagged) != NULL;
+    }
     if (hz_far_next_valid(next)) return true; /* a stash */
     return hz_list_end(next) && hz_segment_of(next) == hz_segment_of(p); /* a page's end */
 }

@@ -296,6 +296,7 @@ void hz_heap_collect(hz_heap_t *heap) {
         hz_page_t *page = intake_check(heap, &block);
         void *next = hz_loose_next(list);
         if (HZ_HARDENING && hz_unlikely(next == HZ_TRANSIT)) hz_report_double_free(block, page->block_size);
+        if (HZ_HARDENING) ((uintptr_t *)list)[1] = 0; /* its mark: no longer on that list */
         intake_home(heap, page, block);
         list = next;
         n++;

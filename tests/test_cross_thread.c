@@ -290,6 +290,46 @@ static void *consumer(void *arg)
     return NULL;
 }
 
+/* Threads that never allocate free 60 blocks each of `blocks` (posted alone, on the
+ * owner's loose list); this thread gets them back and stores in each a word whose
+ * top byte runs through all 256 values, then reallocs each in place and has them
+ * freed the same way again.  A loose list's tag is one byte of the link word: data
+ * that matches it is still the program's, and must not read as freed. */
+enum { TAGGED = 4096, PER_THREAD = 60 };
+static void *tagged[TAGGED];
+static void *free_sixty(void *arg)
+{
+    void **b = arg;
+    for (int i = 0; i < PER_THREAD; i++)
+        free(b[i]);
+    return NULL;
+}
+static void free_by_heapless_threads(void)
+{
+    for (int i = 0; i + PER_THREAD <= TAGGED; i += PER_THREAD) {
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, free_sixty, &tagged[i]) == 0, "pthread_create failed");
+        pthread_join(t, NULL);
+    }
+    for (int i = TAGGED / PER_THREAD * PER_THREAD; i < TAGGED; i++)
+        free(tagged[i]);
+}
+static void loose_tag_is_data(void)
+{
+    for (int i = 0; i < TAGGED; i++)
+        CHECK((tagged[i] = malloc(8)) != NULL, "malloc failed");
+    free_by_heapless_threads(); /* taken back when this thread's pages run dry */
+    for (int i = 0; i < TAGGED; i++) {
+        CHECK((tagged[i] = malloc(8)) != NULL, "malloc failed");
+        uint64_t v = (uint64_t)(i & 255) << 56 | 0x123456789abcULL;
+        memcpy(tagged[i], &v, sizeof v);
+    }
+    for (int i = 0; i < TAGGED; i++)
+        CHECK((tagged[i] = realloc(tagged[i], 8)) != NULL, "realloc failed");
+    free_by_heapless_threads();
+    malloc_trim(0);
+}
+
 /* A thread that never allocates frees 40 blocks of this one: 40 remote frees sent,
  * whatever the sender had, and never more received than sent.  (The checked
  * variant's frees wait in its quarantine: it sends later.) */
@@ -367,5 +407,6 @@ int main(void)
         CHECK(st.remote_frees_sent > 0, "hz_stats: remote_frees_sent is 0 after cross-thread frees");
         heapless_frees_counted();
     }
+    loose_tag_is_data();
     return 0;
 }

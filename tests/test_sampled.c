@@ -118,6 +118,34 @@ static void use_blocks(void) {
     }
 }
 
+/* realloc that keeps a sample in place, where the program never wrote its first
+ * bytes and the memory was a free 16-byte block before: what is left there is the
+ * program's, however much it looks like a freed block's link. */
+static void realloc_unwritten(void) {
+    enum { N = 2000 };
+    static void *b[N];
+    for (int r = 0; r < 8; r++) {
+        for (int i = 0; i < N; i++) {
+            b[i] = malloc(16);
+            CHECK(b[i] != NULL, "malloc(16)");
+            memset(b[i], 0x11, 16);
+        }
+        for (int i = 0; i < N; i++) free(b[i]);
+        size_t n = 24 + 16 * (size_t)r;
+        for (int i = 0; i < N; i++) {
+            b[i] = malloc(n);
+            CHECK(b[i] != NULL, "malloc(%zu)", n);
+            memset((char *)b[i] + 16, 0x33, n - 16);
+        }
+        for (int i = 0; i < N; i++) {
+            void *q = realloc(b[i], n - 8);
+            CHECK(q != NULL, "realloc to %zu", n - 8);
+            b[i] = q;
+        }
+        for (int i = 0; i < N; i++) free(b[i]);
+    }
+}
+
 enum { CROSS = 2000 };
 static void *cross[CROSS];
 
@@ -177,6 +205,7 @@ int main(int argc, char **argv) {
     uint64_t samples0 = samples_taken();
 
     use_blocks();
+    realloc_unwritten();
     uint64_t taken = samples_taken() - samples0;
     CHECK(taken >= 4 * NSIZES, "only %llu of at least %zu allocations were sampled",
           (unsigned long long)taken, 4 * NSIZES);
