@@ -107,6 +107,7 @@ HZ_INLINE void *hz_loose_next(const void *block) {
 }
 #else
 HZ_INLINE void hz_transit_mark(void *block) { (void)block; }
+HZ_INLINE bool hz_in_transit(const void *block) { (void)block; return true; }
 HZ_INLINE void hz_loose_link(void *block, const void *next) { hz_link_set(block, next); }
 HZ_INLINE void *hz_loose_next(const void *block) { return hz_link_next(block); }
 #endif
