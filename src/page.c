@@ -210,6 +210,13 @@ static bool retire_kept(hz_heap_t *heap) {
     return any;
 }
 
+/* A page that left its queue full, with blocks free again, back at its end (and
+ * current, if its class has none). */
+static void page_requeue(hz_heap_t *heap, hz_page_t *page) {
+    queue_push_back(&heap->queues[page->cls], page);
+    if (heap->current[page->cls] == &hz_empty_page) hz_set_current(heap, page->cls, page);
+}
+
 /* After a free dropped a page to zero used blocks, or a full page got enough back. */
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
     bool was_full = !page->in_queue;
@@ -223,8 +230,7 @@ void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) {
         heap->busy--;
     } else if (was_full) {
         heap->busy++;
-        queue_push_back(&heap->queues[page->cls], page);
-        if (heap->current[page->cls] == &hz_empty_page) hz_set_current(heap, page->cls, page);
+        page_requeue(heap, page);
         heap->busy--;
     }
 }
@@ -329,7 +335,7 @@ static HZ_COLD HZ_NOINLINE bool requeue_full(hz_heap_t *heap, unsigned cls) {
             if (page->cls != cls || page->in_queue || page->used <= 0 || hz_list_end(page->free))
                 continue;
             page->used += full_offset(page);
-            queue_push_back(&heap->queues[cls], page);
+            page_requeue(heap, page);
             any = true;
         }
     }
