@@ -114,6 +114,97 @@ patch32() { # FILE OFFSET VALUE (< 2^32)
     printf "$(le64 "$3")" | dd of="$1" bs=1 seek="$2" count=4 conv=notrunc 2>/dev/null
 }
 
+# ------------------------------------------ segments a process damaged itself
+# hzstat reads what the process under study wrote: a broken or hostile one must get
+# a message and an exit status from it, never a signal or a hang
+# (tests/fake_segment.c makes them from a copy of a live segment, $tmp/seg.live).
+fake_prog=${HZ_FAKE_SEGMENT_PROG:-$tools/../tests/fake_segment}
+fake_start() { # MODE [FILE] : sets fake_pid; the process reads commands from fd 7
+    rm -f "$tmp/ctl"
+    mkfifo "$tmp/ctl" || return 1
+    "$fake_prog" "$tmp/seg.live" "$@" <"$tmp/ctl" >"$tmp/fake.out" 2>"$tmp/fake.err" &
+    fake_pid=$!
+    pids="$pids $fake_pid"
+    exec 7>"$tmp/ctl"
+    wait_lines "$tmp/fake.out" '^[0-9]' 1 "$fake_pid" "$tmp/fake.err" ||
+        { fail "fake_segment $1 did not start"; exec 7>&-; return 1; }
+}
+fake_stop() {
+    exec 7>&-
+    wait "$fake_pid"
+}
+no_signal() { # DESCRIPTION STATUS : an exit status, not a signal nor timeout's 124
+    if [ "$2" -lt 124 ]; then
+        pass "$1 (exit $2)"
+    else
+        fail "$1: exit $2"
+        sed 's/^/    /' "$tmp/e"
+    fi
+}
+# hzstat -i INTERVAL -n N on the fake process, which gets COMMAND once hzstat has
+# printed two lines; sets rc to hzstat's exit status.
+interval_then() { # INTERVAL N COMMAND
+    timeout 20 "$HZSTAT" -i "$1" -n "$2" "$fake_pid" >"$tmp/o" 2>"$tmp/e" &
+    hz_job=$!
+    wait_lines "$tmp/o" ':' 2 "$hz_job" "$tmp/e"
+    echo "$3" >&7
+    wait "$hz_job"
+    rc=$?
+}
+patch_bytes() { # FILE OFFSET PRINTF-ESCAPES
+    # shellcheck disable=SC2059
+    printf "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
+}
+damaged_segments() {
+    need_prog fake_segment "$fake_prog"
+    if fake_start threads-offset; then
+        for a in "" -j "-1 -t" --prometheus; do
+            # shellcheck disable=SC2086
+            timeout 20 "$HZSTAT" $a "$fake_pid" >/dev/null 2>"$tmp/e"
+            no_signal "thread slots said to start past the object: hzstat $a PID" $?
+        done
+        timeout 20 "$HZSTAT" >/dev/null 2>"$tmp/e"
+        no_signal "  and the list of processes" $?
+        fake_stop
+    fi
+    if fake_start short-file; then
+        timeout 20 "$HZSTAT" -t "$fake_pid" >/dev/null 2>"$tmp/e"
+        no_signal "a file shorter than its header says: hzstat -t PID" $?
+        fake_stop
+    fi
+    if fake_start shrink; then
+        interval_then 0.2 50 shrink
+        expect_rc "the file shrinks while hzstat -i reads it" 1 $rc
+        check "  says so" grep -q 'shrank while being read' "$tmp/e"
+        fake_stop
+    fi
+    if fake_start unlist; then
+        interval_then 0.3 5 unlist
+        expect_rc "hzstat -i across heaps becoming unlisted" 0 $rc
+        check "  shows no rate of a counter that went back" sh -c "! grep -Eq '[0-9]{13,}' '$tmp/o'"
+        fake_stop
+    fi
+    # ELF headers whose offset plus size wraps around 2^64 (symbols of a heap profile).
+    lib=$HZRUN_LIBDIR/libhakozuna.so.0
+    cp "$lib" "$tmp/shoff.so" && cp "$lib" "$tmp/phoff.so" || return
+    patch_bytes "$tmp/shoff.so" 40 '\300\377\377\377\377\377\377\377' # e_shoff
+    patch_bytes "$tmp/shoff.so" 60 '\001\000'                               # e_shnum
+    patch_bytes "$tmp/phoff.so" 32 '\310\377\377\377\377\377\377\377' # e_phoff
+    for f in shoff phoff; do
+        if fake_start elf "$tmp/$f.so"; then
+            timeout 20 "$HZSTAT" --heap "$fake_pid" >/dev/null 2>"$tmp/e"
+            expect_rc "hzstat --heap, a mapped ELF file with a wrapping e_$f" 0 $?
+            fake_stop
+        fi
+    done
+    cp "$lib" "$tmp/gone.so"
+    if fake_start fifo "$tmp/gone.so"; then
+        timeout 20 "$HZSTAT" --heap "$fake_pid" >/dev/null 2>"$tmp/e"
+        expect_rc "hzstat --heap, a FIFO under a deleted mapping's name" 0 $?
+        fake_stop
+    fi
+}
+
 # ------------------------------------------------------------ arguments
 "$HZSTAT" --version >"$tmp/v" 2>&1
 rc=$?
@@ -381,6 +472,8 @@ if start_prog live --stats; then
     check "  removes it (not mapped by the process)" test ! -e "$fake"
     check "  keeps the live one" test -e "$seg"
     rm -f "$fake"
+    cp "$seg" "$tmp/seg.live"
+    damaged_segments
 
     stop_prog "$p"
     expect_rc "stats_prog exits normally" 0 $?

@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -484,14 +485,33 @@ struct seg {
     size_t map_size;
     struct hz_shm_segment snap; /* consistent copy, with the live counters merged in */
     bool live;              /* snap.counters and classes are the live figures */
-    uint32_t threads;       /* thread slots in use (readable in map) */
+    bool shrunk;            /* the file shrank under a read (SIGBUS): its process damaged it */
+    uint32_t threads;       /* thread slots in use, copied to slots */
+    struct hz_shm_thread *slots;
 };
 
 static void seg_close(struct seg *g) {
     if (g->map != NULL) munmap((void *)g->map, g->map_size);
     if (g->fd >= 0) close(g->fd);
+    free(g->slots);
     g->map = NULL;
     g->fd = -1;
+    g->slots = NULL;
+}
+
+/* The process owns the file and may shrink it while we read its mapping: the read
+ * then faults with SIGBUS.  Reads of a mapping run under bus_guard, where the fault
+ * returns to the reader instead; elsewhere (the heap profile, ELF files) it ends
+ * hzstat with a message. */
+static sigjmp_buf *bus_guard;
+
+static void on_bus(int sig) {
+    if (bus_guard != NULL) siglongjmp(*bus_guard, 1);
+    static const char m[] = "hzstat: a file being read shrank under it (damaged by its process)\n";
+    ssize_t r = write(STDERR_FILENO, m, sizeof m - 1);
+    (void)r;
+    (void)sig;
+    _exit(EXIT_ERROR);
 }
 
 /* The segment of a process that may change its user id has no name (src/shm.c): open
@@ -587,8 +607,16 @@ static enum seg_status seg_open_ns(struct seg *g, long pid, uint64_t ns) {
         return SEG_IOERR;
     }
     g->map = m;
-    if (__atomic_load_n(&g->map->pid_ns, __ATOMIC_RELAXED) != ns) return SEG_BAD;
-    return SEG_OK;
+    sigjmp_buf env;
+    if (sigsetjmp(env, 1) != 0) {
+        bus_guard = NULL;
+        g->shrunk = true;
+        return SEG_BAD;
+    }
+    bus_guard = &env;
+    bool ours = __atomic_load_n(&g->map->pid_ns, __ATOMIC_RELAXED) == ns;
+    bus_guard = NULL;
+    return ours ? SEG_OK : SEG_BAD;
 }
 
 /* The segment of PID of our own namespace. */
@@ -596,12 +624,9 @@ static enum seg_status seg_open(struct seg *g, long pid) { return seg_open_ns(g,
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-/* Slot i's counters, as they are now. */
+/* Slot i's counters, as the last seg_read found them. */
 static void thread_read(const struct seg *g, uint32_t i, struct hz_shm_thread *t) {
-    const struct hz_shm_segment *s = &g->snap;
-    const char *at = (const char *)g->map + s->threads_offset +
-                     (size_t)(i + 1) * s->thread_stride - sizeof *t;
-    memcpy(t, at, sizeof *t);
+    *t = g->slots[i];
 }
 
 /* VmRSS of pid in bytes, 0 if unknown. */
@@ -627,12 +652,21 @@ static void seg_live(struct seg *g) {
     c->process_rss_ = proc_rss(g->pid);
     g->live = false;
     g->threads = 0;
-    if (s->thread_stride < sizeof(struct hz_shm_thread) || s->threads_offset < sizeof *s)
+    /* The process wrote these: slots must lie within what was mapped. */
+    if (s->thread_stride < sizeof(struct hz_shm_thread) || s->threads_offset < sizeof *s ||
+        s->threads_offset > g->map_size)
         return;
     uint64_t slots = (g->map_size - s->threads_offset) / s->thread_stride;
-    g->threads = LD(g->map->threads_used);
-    if (g->threads > s->thread_slots) g->threads = s->thread_slots;
-    if (g->threads > slots) g->threads = (uint32_t)slots;
+    uint32_t threads = LD(g->map->threads_used);
+    if (threads > s->thread_slots) threads = s->thread_slots;
+    if (threads > slots) threads = (uint32_t)slots;
+    struct hz_shm_thread *copy = realloc(g->slots, (threads ? threads : 1) * sizeof *copy);
+    if (copy == NULL) return;
+    g->slots = copy;
+    for (uint32_t i = 0; i < threads; i++)
+        memcpy(&copy[i], (const char *)g->map + s->threads_offset +
+                             (size_t)(i + 1) * s->thread_stride - sizeof *copy, sizeof *copy);
+    g->threads = threads;
     /* The process-wide counters are in the file, current, whatever the heaps. */
     c->bytes_mapped = LD(l->bytes_mapped);
     c->bytes_purged = LD(l->bytes_purged);
@@ -689,6 +723,14 @@ static void seg_live(struct seg *g) {
  * counters (seg_live); false if no consistent header came. */
 static bool seg_read(struct seg *g) {
     const struct hz_shm_segment *m = g->map;
+    sigjmp_buf env;
+    if (sigsetjmp(env, 1) != 0) {
+        bus_guard = NULL;
+        g->shrunk = true;
+        g->threads = 0;
+        return false;
+    }
+    bus_guard = &env;
     for (int tries = 0; tries < 2000; tries++) {
         uint64_t g1 = __atomic_load_n(&m->generation, __ATOMIC_ACQUIRE);
         if ((g1 & 1) == 0) {
@@ -697,13 +739,21 @@ static bool seg_read(struct seg *g) {
             uint64_t g2 = __atomic_load_n(&m->generation, __ATOMIC_RELAXED);
             if (g1 == g2) {
                 seg_live(g);
+                bus_guard = NULL;
                 return true;
             }
         }
         struct timespec ts = {0, 1000000L};
         nanosleep(&ts, NULL);
     }
+    bus_guard = NULL;
     return false;
+}
+
+/* Why seg_read failed, said once. */
+static void report_read_failure(const struct seg *g) {
+    if (g->shrunk) msg("%s: the file shrank while being read (damaged by its process)", g->path);
+    else msg("%s: no consistent snapshot (the writer seems stuck mid-update)", g->path);
 }
 
 /* Is the segment's process still there and publishing into it?  Uses the preamble
@@ -992,7 +1042,7 @@ static int open_live(struct seg *g, long pid) {
         return report_stale(g, lv);
     }
     if (!seg_read(g)) {
-        msg("%s: no consistent snapshot (the writer seems stuck mid-update)", g->path);
+        report_read_failure(g);
         seg_close(g);
         return EXIT_ERROR;
     }
@@ -1378,6 +1428,14 @@ static const char *short_bytes(double v, char *buf, size_t cap) {
     return buf;
 }
 
+/* Per second over dt of counter f, from p to c; a counter that went back (a reused
+ * slot, a damaged segment) has no rate, not one of 2^64 / dt. */
+static double rate(const struct hz_shm_counters *c, const struct hz_shm_counters *p,
+                   const struct field *f, double dt) {
+    uint64_t now = get(c, f), before = get(p, f);
+    return now >= before ? (double)(now - before) / dt : 0;
+}
+
 static int cmd_interval(long pid, double interval, long count, bool json, bool classes) {
     struct seg g;
     int rc = open_live(&g, pid);
@@ -1394,7 +1452,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
         sleep_seconds(interval);
         if (interrupted) break;
         if (!seg_read(&g)) {
-            msg("%s: no consistent snapshot (the writer seems stuck mid-update)", g.path);
+            report_read_failure(&g);
             rc = EXIT_ERROR;
             break;
         }
@@ -1405,6 +1463,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
          * heaps without a slot) over the time between the two publishes the counters
          * came from, and an interval without a publish has no rates. */
         double dt = g.live && prev_live ? wall_dt
+                    : g.live != prev_live ? 0 /* live and published figures do not subtract */
                     : c->last_publish_mono_ns > p->last_publish_mono_ns
                         ? (double)(c->last_publish_mono_ns - p->last_publish_mono_ns) / 1e9
                         : 0;
@@ -1421,7 +1480,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
                     if (f->kind != K_COUNT && f->kind != K_BYTES) continue;
                     if (f->offset >= offsetof(struct hz_shm_counters, publishes)) continue;
                     if (!shown(i)) continue;
-                    double r = (double)(get(c, f) - get(p, f)) / dt;
+                    double r = rate(c, p, f, dt);
                     printf("%s\"%s_per_s\":%.1f", first ? "" : ",", f->name, r);
                     first = false;
                 }
@@ -1444,7 +1503,7 @@ static int cmd_interval(long pid, double interval, long count, bool json, bool c
                 const struct field *f = &fields[i];
                 if (!rate_column(i)) continue;
                 int w = column(i, head, sizeof head);
-                double r = dt > 0 ? (double)(get(c, f) - get(p, f)) / dt : 0;
+                double r = dt > 0 ? rate(c, p, f, dt) : 0;
                 if (dt <= 0) printf(" %*s", w, "-"); /* nothing published in this interval */
                 else if (f->kind == K_BYTES) printf(" %*s", w, short_bytes(r, b1, sizeof b1));
                 else printf(" %*.0f", w, r);
@@ -1783,6 +1842,7 @@ int main(int argc, char **argv) {
     bool oneshot = false, prometheus = false, heap = false;
     const char *output = NULL;
     int c;
+    signal(SIGBUS, on_bus);
     opterr = 0;
     /* GNU getopt permutes: options may also follow the PID. */
     while ((c = getopt_long(argc, argv, ":i:n:jctf:h1o:", longopts, NULL)) != -1) {

@@ -62,6 +62,7 @@ struct mapping {
 };
 
 struct proc_maps {
+    long pid;
     struct mapping *v;
     size_t n;
     struct elf_file **files;
@@ -73,12 +74,20 @@ static int sym_cmp(const void *a, const void *b) {
     return (x->addr > y->addr) - (x->addr < y->addr);
 }
 
+/* Whether n entries of `size` bytes at off lie within f.  The file belongs to the
+ * process under study, which may have crafted it: no sum may wrap. */
+static bool in_file(const struct elf_file *f, uint64_t off, uint64_t n, uint64_t size) {
+    return off <= f->size && n <= (f->size - off) / size && (size == 1 || off % 8 == 0);
+}
+
 /* The function symbols of one symbol table section. */
 static void add_symbols(struct elf_file *f, const Elf64_Shdr *sh, const Elf64_Shdr *shdrs,
                         unsigned shnum) {
     if (sh->sh_link >= shnum || sh->sh_entsize != sizeof(Elf64_Sym)) return;
     const Elf64_Shdr *strs = &shdrs[sh->sh_link];
-    if (sh->sh_offset + sh->sh_size > f->size || strs->sh_offset + strs->sh_size > f->size) return;
+    if (!in_file(f, sh->sh_offset, sh->sh_size, 1) || !in_file(f, strs->sh_offset, strs->sh_size, 1))
+        return;
+    const char *names = (const char *)f->map + strs->sh_offset;
     const Elf64_Sym *s = (const Elf64_Sym *)(f->map + sh->sh_offset);
     size_t n = sh->sh_size / sizeof *s;
     struct sym *v = realloc(f->syms, (f->nsyms + n) * sizeof *v);
@@ -86,14 +95,39 @@ static void add_symbols(struct elf_file *f, const Elf64_Shdr *sh, const Elf64_Sh
     f->syms = v;
     for (size_t i = 0; i < n; i++) {
         if (ELF64_ST_TYPE(s[i].st_info) != STT_FUNC || s[i].st_shndx == SHN_UNDEF ||
-            s[i].st_value == 0 || s[i].st_name >= strs->sh_size)
+            s[i].st_value == 0 || s[i].st_name >= strs->sh_size ||
+            memchr(names + s[i].st_name, '\0', strs->sh_size - s[i].st_name) == NULL)
             continue;
-        v[f->nsyms++] = (struct sym){s[i].st_value, s[i].st_size,
-                                     (const char *)f->map + strs->sh_offset + s[i].st_name};
+        v[f->nsyms++] = (struct sym){s[i].st_value, s[i].st_size, names + s[i].st_name};
     }
 }
 
-static struct elf_file *elf_open(struct proc_maps *pm, const char *path) {
+/* A descriptor of the regular file behind mapping m, or -1.  The process chose what
+ * it maps and what its maps line names (a FIFO or a device with a mapped file's
+ * name would block or act on open): /proc/PID/map_files gives the very file mapped
+ * (as root: it takes CAP_SYS_ADMIN), else the name, if it still names one; only a
+ * regular file is opened, and without blocking. */
+static int open_mapped(const struct proc_maps *pm, const struct mapping *m) {
+    char mapped[96];
+    snprintf(mapped, sizeof mapped, "/proc/%ld/map_files/%" PRIx64 "-%" PRIx64, pm->pid, m->lo,
+             m->hi);
+    static const char deleted[] = " (deleted)";
+    size_t len = strlen(m->path);
+    bool renamed =
+        len >= sizeof deleted - 1 && strcmp(m->path + len - (sizeof deleted - 1), deleted) == 0;
+    const char *try[2] = {mapped, renamed ? NULL : m->path};
+    for (int i = 0; i < 2 && try[i] != NULL; i++) {
+        struct stat st;
+        if (stat(try[i], &st) != 0) continue;
+        if (!S_ISREG(st.st_mode)) return -1;
+        int fd = open(try[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (fd >= 0) return fd;
+    }
+    return -1;
+}
+
+static struct elf_file *elf_open(struct proc_maps *pm, const struct mapping *m) {
+    const char *path = m->path;
     for (size_t i = 0; i < pm->nfiles; i++)
         if (strcmp(pm->files[i]->path, path) == 0) return pm->files[i];
     struct elf_file **nf = realloc(pm->files, (pm->nfiles + 1) * sizeof *nf);
@@ -106,13 +140,13 @@ static struct elf_file *elf_open(struct proc_maps *pm, const char *path) {
     pm->files = nf;
     pm->files[pm->nfiles++] = f;
     snprintf(f->path, sizeof f->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_mapped(pm, m);
     struct stat st;
     if (fd < 0) return f;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size >= sizeof(Elf64_Ehdr)) {
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m != MAP_FAILED) {
-            f->map = m;
+        void *whole = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (whole != MAP_FAILED) {
+            f->map = whole;
             f->size = (size_t)st.st_size;
         }
     }
@@ -120,12 +154,11 @@ static struct elf_file *elf_open(struct proc_maps *pm, const char *path) {
     if (f->map == NULL) return f;
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)f->map;
     if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64) return f;
-    if (eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) <= f->size) {
+    if (in_file(f, eh->e_phoff, eh->e_phnum, sizeof(Elf64_Phdr))) {
         f->phdr = (const Elf64_Phdr *)(f->map + eh->e_phoff);
         f->phnum = eh->e_phnum;
     }
-    if (eh->e_shoff == 0 || eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) > f->size)
-        return f;
+    if (eh->e_shoff == 0 || !in_file(f, eh->e_shoff, eh->e_shnum, sizeof(Elf64_Shdr))) return f;
     const Elf64_Shdr *sh = (const Elf64_Shdr *)(f->map + eh->e_shoff);
     for (unsigned i = 0; i < eh->e_shnum; i++)
         if (sh[i].sh_type == SHT_SYMTAB || sh[i].sh_type == SHT_DYNSYM)
@@ -135,6 +168,7 @@ static struct elf_file *elf_open(struct proc_maps *pm, const char *path) {
 }
 
 static bool load_maps(struct proc_maps *pm, long pid) {
+    pm->pid = pid;
     char path[64], line[PATH_MAX + 256];
     snprintf(path, sizeof path, "/proc/%ld/maps", pid);
     FILE *in = fopen(path, "re");
@@ -179,7 +213,7 @@ static struct mapping *mapping_of(struct proc_maps *pm, uint64_t a) {
 static bool symbolise(struct proc_maps *pm, uint64_t a, char *buf, size_t cap) {
     struct mapping *m = mapping_of(pm, a);
     if (m == NULL || m->path[0] == '\0') return false;
-    if (m->elf == NULL) m->elf = elf_open(pm, m->path);
+    if (m->elf == NULL) m->elf = elf_open(pm, m);
     struct elf_file *f = m->elf;
     if (f == NULL || f->nsyms == 0) return false;
     uint64_t off = a - 1 - m->lo + m->off, vaddr = 0;
