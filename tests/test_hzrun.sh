@@ -87,6 +87,15 @@ check "--print-env --stats adds HAKOZUNA_STATS=1" \
 HAKOZUNA_STATS=1"
 run --print-env bogus
 expect_rc "--print-env with an unknown variant" 2 $rc
+run --print-env "default scale"
+expect_rc "--print-env with two variant names in one word" 2 $rc
+run -v "mt debug" /bin/true
+expect_rc "-v with two variant names in one word" 2 $rc
+check "  says unknown variant" grep -q 'unknown variant' "$tmp/e"
+run --print-env "$variant" --profile=12345678901234
+expect_rc "--profile= with 14 digits (the library reads at most 13)" 2 $rc
+run --print-env "$variant" --profile=1234567890123
+expect_rc "--profile= with 13 digits" 0 $rc
 # Output that cannot be written is an error: an environment file half written
 # must not look like success.
 if [ -c /dev/full ]; then
@@ -199,6 +208,17 @@ for odd in "lib dir" "lib:dir"; do
     expect_rc "library under '$odd': refuses to run silently on glibc" 3 $rc
     run_libdir "$tmp/$odd" --print-env "$variant"
     expect_rc "library under '$odd': --print-env refuses it" 3 $rc
+done
+# An environment file (systemd's EnvironmentFile=) reads quotes, backslashes and
+# newlines as syntax: --print-env refuses such a path; running with it works.
+for odd in 'lib\b' "lib'q" 'lib
+nl'; do
+    mkdir "$tmp/$odd"
+    ln -s "$lib" "$tmp/$odd/${lib##*/}"
+    run_libdir "$tmp/$odd" --print-env "$variant"
+    expect_rc "library under '$odd': --print-env refuses it" 3 $rc
+    run_libdir "$tmp/$odd" -v "$variant" /bin/true
+    expect_rc "library under '$odd': runs" 0 $rc
 done
 if command -v python3 >/dev/null 2>&1; then
     python3 -c 'import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode != -15)' \
