@@ -161,15 +161,18 @@ damaged_segments() {
         for a in "" -j "-1 -t" --prometheus; do
             # shellcheck disable=SC2086
             timeout 20 "$HZSTAT" $a "$fake_pid" >/dev/null 2>"$tmp/e"
-            no_signal "thread slots said to start past the object: hzstat $a PID" $?
+            expect_rc "thread slots said to start past the object: hzstat $a PID" 1 $?
         done
-        timeout 20 "$HZSTAT" >/dev/null 2>"$tmp/e"
+        check "  says the segment is damaged" grep -q 'damaged segment' "$tmp/e"
+        timeout 20 "$HZSTAT" >"$tmp/o" 2>"$tmp/e"
         no_signal "  and the list of processes" $?
+        check "  which shows it unreadable" grep -q "^$fake_pid .*unreadable" "$tmp/o"
         fake_stop
     fi
     if fake_start short-file; then
         timeout 20 "$HZSTAT" -t "$fake_pid" >/dev/null 2>"$tmp/e"
-        no_signal "a file shorter than its header says: hzstat -t PID" $?
+        expect_rc "a file shorter than its header says: hzstat -t PID" 1 $?
+        check "  says the segment is damaged" grep -q 'damaged segment' "$tmp/e"
         fake_stop
     fi
     if fake_start shrink; then

@@ -486,6 +486,7 @@ struct seg {
     struct hz_shm_segment snap; /* consistent copy, with the live counters merged in */
     bool live;              /* snap.counters and classes are the live figures */
     bool shrunk;            /* the file shrank under a read (SIGBUS): its process damaged it */
+    bool slots_outside;     /* the header puts the thread slots outside the file */
     uint32_t threads;       /* thread slots in use, copied to slots */
     struct hz_shm_thread *slots;
 };
@@ -644,8 +645,10 @@ static uint64_t proc_rss(long pid) {
 
 /* Replace the published counters of snap by the live ones: the sums over the thread
  * slots and the process-wide counters (include/hakozuna_shm.h says how).  Left as
- * published when some heaps have no slot, whose counters only publishing sees. */
-static void seg_live(struct seg *g) {
+ * published when some heaps have no slot, whose counters only publishing sees.
+ * False if the header puts the slots outside the file, which the library never
+ * does: the process damaged its segment. */
+static bool seg_live(struct seg *g) {
     struct hz_shm_segment *s = &g->snap;
     const struct hz_shm_live *l = &g->map->live;
     struct hz_shm_counters *c = &s->counters;
@@ -655,13 +658,13 @@ static void seg_live(struct seg *g) {
     /* The process wrote these: slots must lie within what was mapped. */
     if (s->thread_stride < sizeof(struct hz_shm_thread) || s->threads_offset < sizeof *s ||
         s->threads_offset > g->map_size)
-        return;
+        return false;
     uint64_t slots = (g->map_size - s->threads_offset) / s->thread_stride;
     uint32_t threads = LD(g->map->threads_used);
     if (threads > s->thread_slots) threads = s->thread_slots;
     if (threads > slots) threads = (uint32_t)slots;
     struct hz_shm_thread *copy = realloc(g->slots, (threads ? threads : 1) * sizeof *copy);
-    if (copy == NULL) return;
+    if (copy == NULL) return true; /* the published figures, then */
     g->slots = copy;
     for (uint32_t i = 0; i < threads; i++)
         memcpy(&copy[i], (const char *)g->map + s->threads_offset +
@@ -683,7 +686,7 @@ static void seg_live(struct seg *g) {
     c->threads_live = LD(l->threads_live);
     c->segments_mapped = LD(l->segments_mapped);
     /* The sums over heaps need every heap in a slot; else the published ones stay. */
-    if ((c->heaps_unlisted = LD(l->heaps_unlisted)) != 0) return;
+    if ((c->heaps_unlisted = LD(l->heaps_unlisted)) != 0) return true;
     uint64_t m[HZ_SHM_THREAD_CLASSES] = {0}, f[HZ_SHM_THREAD_CLASSES] = {0};
     uint64_t sent = 0, recv = 0, batches = 0, refills = 0, made = 0, retired = 0, dirty = 0;
     for (uint32_t i = 0; i < g->threads; i++) {
@@ -717,6 +720,7 @@ static void seg_live(struct seg *g) {
     c->pages_made = made;
     c->pages_retired = retired;
     g->live = true;
+    return true;
 }
 
 /* A copy of the mapped segment: the header under the seqlock, then the live
@@ -738,9 +742,9 @@ static bool seg_read(struct seg *g) {
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             uint64_t g2 = __atomic_load_n(&m->generation, __ATOMIC_RELAXED);
             if (g1 == g2) {
-                seg_live(g);
+                g->slots_outside = !seg_live(g);
                 bus_guard = NULL;
-                return true;
+                return !g->slots_outside;
             }
         }
         struct timespec ts = {0, 1000000L};
@@ -753,6 +757,7 @@ static bool seg_read(struct seg *g) {
 /* Why seg_read failed, said once. */
 static void report_read_failure(const struct seg *g) {
     if (g->shrunk) msg("%s: the file shrank while being read (damaged by its process)", g->path);
+    else if (g->slots_outside) msg("%s: damaged segment (its thread slots lie outside the file)", g->path);
     else msg("%s: no consistent snapshot (the writer seems stuck mid-update)", g->path);
 }
 
