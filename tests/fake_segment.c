@@ -57,7 +57,10 @@ int main(int argc, char **argv) {
     }
     const char *mode = argv[2], *file = argc > 3 ? argv[3] : NULL;
     bool elf = strcmp(mode, "elf") == 0 || strcmp(mode, "fifo") == 0;
-    if (elf && file == NULL) die("elf and fifo need a FILE");
+    if (elf && file == NULL) {
+        fprintf(stderr, "fake_segment: %s needs a FILE\n", mode);
+        return 2;
+    }
 
     int in = open(argv[1], O_RDONLY);
     struct stat st;

@@ -105,14 +105,12 @@ le64() {
     done
     printf '%s' "$out"
 }
-patch64() { # FILE OFFSET VALUE
+patch_bytes() { # FILE OFFSET PRINTF-ESCAPES
     # shellcheck disable=SC2059
-    printf "$(le64 "$3")" | dd of="$1" bs=1 seek="$2" count=8 conv=notrunc 2>/dev/null
+    printf "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
 }
-patch32() { # FILE OFFSET VALUE (< 2^32)
-    # shellcheck disable=SC2059
-    printf "$(le64 "$3")" | dd of="$1" bs=1 seek="$2" count=4 conv=notrunc 2>/dev/null
-}
+patch64() { patch_bytes "$1" "$2" "$(le64 "$3")"; }              # FILE OFFSET VALUE
+patch32() { patch_bytes "$1" "$2" "$(le64 "$3" | cut -c 1-16)"; } # FILE OFFSET VALUE (< 2^32)
 
 # ------------------------------------------ segments a process damaged itself
 # hzstat reads what the process under study wrote: a broken or hostile one must get
@@ -151,10 +149,6 @@ interval_then() { # INTERVAL N COMMAND
     wait "$hz_job"
     rc=$?
 }
-patch_bytes() { # FILE OFFSET PRINTF-ESCAPES
-    # shellcheck disable=SC2059
-    printf "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
-}
 damaged_segments() {
     need_prog fake_segment "$fake_prog"
     if fake_start threads-offset; then
@@ -191,7 +185,7 @@ damaged_segments() {
     lib=$HZRUN_LIBDIR/libhakozuna.so.0
     cp "$lib" "$tmp/shoff.so" && cp "$lib" "$tmp/phoff.so" || return
     patch_bytes "$tmp/shoff.so" 40 '\300\377\377\377\377\377\377\377' # e_shoff
-    patch_bytes "$tmp/shoff.so" 60 '\001\000'                               # e_shnum
+    patch_bytes "$tmp/shoff.so" 60 '\001\000'                         # e_shnum
     patch_bytes "$tmp/phoff.so" 32 '\310\377\377\377\377\377\377\377' # e_phoff
     for f in shoff phoff; do
         if fake_start elf "$tmp/$f.so"; then
