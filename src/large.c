@@ -89,7 +89,9 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     /* At least a byte: with size 0 the block would start where its mapping ends, in
      * whatever is mapped next (an aligned request of size 0 comes here). */
     if (size == 0) size = 1;
-    if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE - alignment) {
+    /* Alignment bounded first, or the difference below wraps (C++'s align_val_t
+     * and hz_aligned_alloc take any power of two, 2^63 too). */
+    if (alignment > PTRDIFF_MAX / 4 || size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE - alignment) {
         errno = ENOMEM;
         return NULL;
     }

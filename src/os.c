@@ -143,11 +143,12 @@ static char *reserve_exact(size_t size, size_t alignment) {
 void *hz_os_reserve(size_t size, size_t alignment) {
     size_t ps = hz_os_page_size();
     if (alignment < ps) alignment = ps;
-    size = hz_align_up(size, ps);
-    if (size == 0 || size > PTRDIFF_MAX - alignment) {
+    /* Alignment bounded first: PTRDIFF_MAX - 2^63 would wrap. */
+    if (size == 0 || alignment > PTRDIFF_MAX / 2 || size > PTRDIFF_MAX - alignment) {
         errno = ENOMEM;
         return NULL;
     }
+    size = hz_align_up(size, ps);
     char *aligned = reserve_exact(size, alignment);
     if (aligned == NULL) {
         /* Over-reserve, then cut off the misaligned head and tail. */

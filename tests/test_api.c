@@ -271,6 +271,30 @@ static void test_errors(void)
         CHECK(rc == ENOMEM, "posix_memalign(4096, %zu) returned %d, want ENOMEM", huge[i], rc);
     }
 
+    /* The largest powers of two as alignments, with sizes that fit: once made the
+     * size checks of hz_aligned_alloc wrap and the allocator unmap most of the
+     * address space. */
+    void *(*hz_aligned)(size_t, size_t) = NULL;
+    if (hz_loaded) {
+        void *sym = hz_test_sym("hz_aligned_alloc");
+        memcpy(&hz_aligned, &sym, sizeof hz_aligned);
+    }
+    for (int shift = 62; shift <= 63; shift++) {
+        const size_t sizes[] = {1, 100, 8193, (size_t)1 << 20};
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            size_t a = opaque((size_t)1 << shift);
+            errno = 0;
+            p = aligned_alloc(a, opaque(sizes[i]));
+            CHECK(p == NULL && errno == ENOMEM, "aligned_alloc(2^%d, %zu) = %p, errno %d", shift,
+                  sizes[i], p, errno);
+            if (hz_aligned == NULL) continue;
+            errno = 0;
+            p = hz_aligned(a, opaque(sizes[i]));
+            CHECK(p == NULL && errno == ENOMEM, "hz_aligned_alloc(2^%d, %zu) = %p, errno %d", shift,
+                  sizes[i], p, errno);
+        }
+    }
+
     /* calloc overflow */
     const size_t pairs[][2] = {{SIZE_MAX / 2 + 1, 2},
                                {2, SIZE_MAX / 2 + 1},

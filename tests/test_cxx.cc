@@ -257,6 +257,23 @@ void test_failures(int hz)
         char *c = new (std::nothrow) char[n];
         CHECK(c == nullptr, "new (nothrow) char[%zu] did not return nullptr", n);
     }
+    // Alignments no block can have: the largest powers of two once made the size
+    // checks wrap and the allocator unmap most of the address space.
+    const size_t sizes[] = {1, 100, 8193, size_t(1) << 20};
+    for (int shift = 62; shift <= 63; shift++) {
+        auto al = static_cast<std::align_val_t>(opaque(size_t(1) << shift));
+        for (size_t n : sizes) {
+            void *q = ::operator new(n, al, std::nothrow);
+            CHECK(q == nullptr, "operator new(%zu, align 2^%d, nothrow) = %p", n, shift, q);
+            bool thrown = false;
+            try {
+                sink = ::operator new[](n, al);
+            } catch (const std::bad_alloc &) {
+                thrown = true;
+            }
+            CHECK(thrown, "operator new[](%zu, align 2^%d) did not throw", n, shift);
+        }
+    }
     // Everything still works afterwards.
     std::string s(100000, 'x');
     CHECK(s.size() == 100000 && s[99999] == 'x', "allocation after failures");
