@@ -104,16 +104,47 @@ static hz_heap_t *list_unlink(hz_heap_t **link) {
     return heap;
 }
 
-/* A heap for a starting thread: an abandoned one if any, else a new one. */
+/* A heap whose thread ended without releasing it: glibc runs the key destructors
+ * four rounds at most, so a thread whose first allocation comes in the last round
+ * gets a heap no destructor gives up.  Each starting thread looks at a few heaps,
+ * round the registry, and takes over an owned one whose thread is gone (its kernel
+ * id no longer names a thread of the process; a reused id only delays this).  Under
+ * heaps_lock. */
+static hz_heap_t *sweep_next;
+#define SWEEP_VISITS 32 /* heaps looked at per starting thread */
+#define SWEEP_CHECKS 4  /* of which owned ones asked about (a system call each) */
+
+static hz_heap_t *take_ownerless(void) {
+    for (int visits = 0, checks = 0; visits < SWEEP_VISITS && checks < SWEEP_CHECKS; visits++) {
+        hz_heap_t *h = sweep_next != NULL ? sweep_next : all_heaps;
+        if (h == NULL) return NULL;
+        sweep_next = h->next_all;
+        if (atomic_load_explicit(&h->state, memory_order_relaxed) != HZ_HEAP_OWNED) continue;
+        checks++;
+        long tid = (long)__atomic_load_n(&hz_heap_slot(h)->tid, __ATOMIC_RELAXED);
+        /* busy: a thread ended inside the allocator (cancelled in a signal handler)
+         * left its heap mid-update; that one stays where it is. */
+        if (hz_os_thread_gone(tid) && h->busy == 0) return h;
+    }
+    return NULL;
+}
+
+/* A heap for a starting thread: one whose thread ended without giving it up, else an
+ * abandoned one, else a new one. */
 hz_heap_t *hz_heap_acquire(void) {
     hz_heap_t *heap = NULL;
     if (hz_lock_acquire(&heaps_lock)) {
-        if (abandoned != NULL) heap = list_unlink(&abandoned);
+        heap = take_ownerless();
+        if (heap != NULL) {
+            hz_gstat_sub(threads_live, 1); /* its thread never counted itself out */
+        } else if (abandoned != NULL) {
+            heap = list_unlink(&abandoned);
+            atomic_store_explicit(&heap->state, HZ_HEAP_OWNED, memory_order_relaxed);
+        }
+        if (heap != NULL) heap_note(heap, HZ_HEAP_OWNED); /* the new tid: no one else takes it */
         hz_lock_release(&heaps_lock);
     }
     if (heap == NULL) return heap_create(HZ_HEAP_OWNED);
-    heap_note(heap, HZ_HEAP_OWNED);
-    atomic_store_explicit(&heap->state, HZ_HEAP_OWNED, memory_order_relaxed);
     hz_gstat_add(heaps_adopted, 1);
     return heap;
 }

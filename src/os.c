@@ -63,6 +63,14 @@ size_t hz_os_kernel_page_size(void) {
 
 long hz_os_tid(void) { return (long)syscall(SYS_gettid); }
 
+/* Whether no thread of this process has kernel id `tid` any more (errno kept). */
+bool hz_os_thread_gone(long tid) {
+    int saved = errno;
+    bool gone = syscall(SYS_tgkill, (long)getpid(), tid, 0) != 0 && errno == ESRCH;
+    errno = saved;
+    return gone;
+}
+
 /* *value += n, and *peak raised to at least the sum. */
 void hz_gstat_raise(uint64_t *value, uint64_t *peak, uint64_t n) {
     uint64_t v = __atomic_add_fetch(value, n, __ATOMIC_RELAXED);

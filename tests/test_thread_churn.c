@@ -20,9 +20,14 @@
  * threads that each free 63 blocks the main thread allocated, one short of the
  * frees after which a thread that only frees gets a heap: glibc's frees at their
  * teardown must not be counted towards it.
+ *
+ * Last, 3,000 threads one after the other whose first allocation comes in the last
+ * round of key destructors: threads_live must fall to at most 4 again and the
+ * threads must share a few heaps, not leave one each.
  */
 #include "hz_test.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -187,6 +192,77 @@ static void detached_threads(int hz, unsigned n, int freeing)
           (unsigned long long)st.threads_live, n, freeing ? " freeing" : "");
 }
 
+/* Threads whose first allocation comes in the last round of key destructors, after
+ * which glibc runs no more: the heap such a thread gets is released by no destructor,
+ * and must not stay owned by a thread that is gone. */
+#define LAST_ROUND 3000
+static pthread_key_t round_key;
+
+static void round_destructor(void *arg)
+{
+    long round = (long)arg;
+    if (round < PTHREAD_DESTRUCTOR_ITERATIONS) { /* set again: another round */
+        pthread_setspecific(round_key, (void *)(round + 1));
+        return;
+    }
+    char *volatile p = malloc(64); /* this thread's first allocation */
+    CHECK(p != NULL, "malloc in the last destructor round failed");
+    memset(p, 0x5A, 64);
+    free(p);
+}
+
+static void *worker_small(void *arg)
+{
+    char *volatile p = malloc(100);
+    CHECK(p != NULL, "malloc failed");
+    free(p);
+    return arg;
+}
+
+static void *set_round_key(void *arg)
+{
+    (void)arg;
+    pthread_setspecific(round_key, (void *)1L);
+    return NULL;
+}
+
+static void last_round_threads(int hz)
+{
+    CHECK(pthread_key_create(&round_key, round_destructor) == 0, "pthread_key_create");
+    struct hz_stats before;
+    if (hz)
+        CHECK(hz_test_stats(&before), "hz_stats_get failed");
+    long rss0 = hz_test_rss_kib();
+    for (unsigned i = 0; i < LAST_ROUND; i++) {
+        pthread_t t;
+        int rc = pthread_create(&t, NULL, set_round_key, NULL);
+        CHECK(rc == 0, "pthread_create failed after %u threads: %s", i, strerror(rc));
+        CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    }
+    long rss1 = hz_test_rss_kib();
+    printf("%u threads allocating first in the last destructor round: RSS grew %ld KiB\n",
+           LAST_ROUND, rss1 - rss0);
+    if (!hz)
+        return;
+    /* A heap left so is taken over by a thread that starts later, once the kernel has
+     * let go of its thread: a few ordinary threads, a moment later. */
+    hz_test_sleep_ms(100);
+    for (unsigned i = 0; i < 16; i++) {
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, worker_small, NULL) == 0, "pthread_create");
+        CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    }
+    struct hz_stats st = settled_stats();
+    printf("  threads_live %llu, heaps_created %llu (before: %llu)\n",
+           (unsigned long long)st.threads_live, (unsigned long long)st.heaps_created,
+           (unsigned long long)before.heaps_created);
+    CHECK(st.threads_live <= 4, "threads_live is %llu after %u threads that allocated first in "
+          "the last destructor round ended", (unsigned long long)st.threads_live, LAST_ROUND);
+    CHECK(st.heaps_created - before.heaps_created < 64,
+          "%llu heaps made for %u threads, one after the other",
+          (unsigned long long)(st.heaps_created - before.heaps_created), LAST_ROUND);
+}
+
 int main(void)
 {
     int hz = hz_test_require_loaded();
@@ -257,5 +333,6 @@ int main(void)
     const unsigned share = hz_test_checked_variant() ? 4 : 1;
     detached_threads(hz, DETACHED / share, 0);
     detached_threads(hz, FREEING / share, 1);
+    last_round_threads(hz);
     return 0;
 }
