@@ -360,10 +360,10 @@ size_t hz_usable_size_impl(const void *p) {
     unsigned kind = hz_segmap_kind((uintptr_t)p);
     if (kind == HZ_SEG_SMALL) {
         hz_page_t *page = hz_page_of(hz_segment_of(p), p);
-        if (HZ_SAMPLE_IN_PAGE && hz_unlikely(!hz_block_carved(page, p)) &&
-            hz_prof_block(page, p) != NULL)
+        if (hz_likely(hz_block_carved(page, p))) return page->block_size;
+        if (HZ_SAMPLE_IN_PAGE && hz_prof_block(page, p) != NULL)
             return page->block_size - HZ_SAMPLE_MARK; /* a heap-profile sample */
-        return page->block_size;
+        return 0; /* inside a block, or past the carved ones: no block starts at p */
     }
     hz_large_t *h = hz_large_header(p);
     return h != NULL ? h->usable : 0;

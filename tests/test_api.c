@@ -760,6 +760,36 @@ static void test_calloc_fresh_faults(void)
         hz_test_calloc_fresh_faults("calloc'd");
 }
 
+/* hz_usable_size is 0 for a pointer hakozuna did not hand out, a pointer into a
+ * block too (it once gave the block's size for one into a small block, which invites
+ * writing that many bytes past the block's end).  The checked variant stops the
+ * program instead (test_debug.sh). */
+static void test_usable_interior(void)
+{
+    if (!hz_loaded || hz_test_checked_variant())
+        return;
+    size_t (*usable)(const void *) = NULL;
+    void *sym = hz_test_sym("hz_usable_size");
+    memcpy(&usable, &sym, sizeof usable);
+    CHECK(usable != NULL, "hz_usable_size is not exported");
+    const size_t sizes[] = {1, 16, 24, 100, 1000, 5000, 40000, 300000, (size_t)3 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char *p = malloc(opaque(sizes[i]));
+        CHECK(p != NULL, "malloc(%zu) failed", sizes[i]);
+        size_t u = usable(p);
+        CHECK(u >= sizes[i], "hz_usable_size(malloc(%zu)) = %zu", sizes[i], u);
+        const size_t offs[] = {1, 8, u / 2, u - 1};
+        for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
+            if (offs[k] == 0)
+                continue;
+            size_t got = usable(p + offs[k]);
+            CHECK(got == 0, "hz_usable_size(malloc(%zu) + %zu) = %zu, want 0", sizes[i], offs[k],
+                  got);
+        }
+        free(p);
+    }
+}
+
 /* ------------------------------------------------- sized free & friends */
 
 static void test_sized_free(void)
@@ -981,6 +1011,7 @@ int main(void)
     test_errno_kept();
     test_calloc_dirty();
     test_sized_free();
+    test_usable_interior();
     test_random_churn();
     test_info();
     printf("test_api: all checks passed (%.2f s)\n", hz_test_now() - t0);
