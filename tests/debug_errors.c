@@ -5,6 +5,7 @@
  *
  *   double-free          free the same block twice
  *   interior-free        free a pointer into the middle of a block
+ *   interior-usable      malloc_usable_size of a pointer into the middle of a block
  *   never-allocated      free a pointer into hakozuna's memory that no malloc returned
  *   overrun              write one byte past a block, then free it
  *   overrun-realloc      write past a block, then realloc it
@@ -81,6 +82,14 @@ static int interior_free(void) {
     poke(p, 1, 64);
     free(launder(p + 16));
     return survived("interior-free");
+}
+
+static int interior_usable(void) {
+    char *p = launder(malloc(64));
+    poke(p, 1, 64);
+    size_t u = malloc_usable_size(launder(p + 16));
+    printf("malloc_usable_size(p + 16) = %zu\n", u);
+    return survived("interior-usable");
 }
 
 static int never_allocated(void) {
@@ -475,6 +484,7 @@ int main(int argc, char **argv) {
     int small = argc > 2 && strcmp(argv[2], "small") == 0;
     if (!strcmp(m, "double-free")) return double_free();
     if (!strcmp(m, "interior-free")) return interior_free();
+    if (!strcmp(m, "interior-usable")) return interior_usable();
     if (!strcmp(m, "never-allocated")) return never_allocated();
     if (!strcmp(m, "overrun")) return overrun();
     if (!strcmp(m, "overrun-realloc")) return overrun_realloc();

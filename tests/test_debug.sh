@@ -113,6 +113,7 @@ error() {
 
 error double-free "double free"
 error interior-free "invalid pointer"
+error interior-usable "invalid pointer" "malloc_usable_size"
 error never-allocated "invalid pointer"
 error overrun "buffer overrun" "free"
 error overrun-realloc "buffer overrun" "realloc"
