@@ -261,6 +261,15 @@ hz_lock_t *hz_large_lock(void) HZ_HIDDEN;
 void hz_large_cache_forget(void) HZ_HIDDEN;
 
 static inline size_t hz_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+/* An alignment as memalign takes it (glibc's rule): one that is no power of two is
+ * rounded up to the next, HZ_ALIGNMENT at least.  Above SIZE_MAX / 2 + 1 there is
+ * none; such an alignment is returned as it is. */
+static inline size_t hz_alignment_rounded(size_t a) {
+    if ((a & (a - 1)) == 0 && a != 0) return a;
+    if (a < HZ_ALIGNMENT) return HZ_ALIGNMENT;
+    if (a > SIZE_MAX / 2 + 1) return a;
+    return (size_t)1 << (sizeof(size_t) * 8 - (size_t)__builtin_clzl(a));
+}
 
 /* ------------------------------------------------------- segments & spans */
 /* A page of class cls, `units` units long: a span the class gave back, one from the

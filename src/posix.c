@@ -18,9 +18,7 @@ void *hz_memalign_impl(size_t alignment, size_t size) {
         errno = EINVAL;
         return NULL;
     }
-    if (!is_pow2(alignment))
-        alignment = alignment < HZ_ALIGNMENT ? HZ_ALIGNMENT
-                                             : (size_t)1 << (sizeof(size_t) * 8 - (size_t)__builtin_clzl(alignment));
+    alignment = hz_alignment_rounded(alignment);
     if (alignment > PTRDIFF_MAX || size > PTRDIFF_MAX - alignment) {
         errno = ENOMEM;
         return NULL;

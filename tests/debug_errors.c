@@ -345,9 +345,14 @@ static void churn(unsigned iters, uint64_t seed, slot_t *slots, size_t nslots) {
             break;
         case 1: {
             size_t a = (size_t)16 << (next_rand(&rng) % 9); /* 16 .. 4096 */
+            /* A third are no power of two (24 .. 6144), which glibc takes, rounded
+             * up; free_aligned_sized then names them as given. */
+            if (next_rand(&rng) % 3 == 0) a += a / 2;
+            size_t r = a;
+            while (r & (r - 1)) r += r & -r;
             size_t an = (n + a - 1) / a * a;
             p = aligned_alloc(a, an);
-            if (p == NULL || ((uintptr_t)p & (a - 1))) fail("aligned_alloc", an);
+            if (p == NULL || ((uintptr_t)p & (r - 1))) fail("aligned_alloc", an);
             if (p != NULL) {
                 fill(p, an, seed8);
                 if (fas) fas(p, a, an); else free(p);
