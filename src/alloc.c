@@ -97,6 +97,7 @@ static void *large_alloc(size_t size, size_t alignment, bool *zero) {
      * get would have its heaps purged at every probe). */
     if (hz_unlikely(p == NULL) && size <= hz_gstat_load(bytes_mapped) && reclaim(hz_tls_heap))
         p = hz_large_alloc(size, alignment, zero);
+    if (hz_unlikely(p == NULL)) errno = ENOMEM;
     return p;
 }
 

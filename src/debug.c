@@ -485,17 +485,21 @@ static void check_next(const hz_page_t *page, const char *b) {
         report_uaf(b, 0, page->block_size);
 }
 
-/* The core is out of memory: the quarantine's blocks go back to it (checked) before
- * one more try, which is worth making if there were any. */
-#define CORE_RETRY(b, call)                                                                        \
+/* b = call, a core allocation.  When the core is out of memory, the quarantine's
+ * blocks go back to it (checked) before one more try, which is worth making if there
+ * were any; a try that then succeeds leaves errno as the caller had it. */
+#define CORE_CALL(b, call)                                                                         \
     do {                                                                                           \
-        if (hz_unlikely((b) == NULL) && quarantine_empty_out()) (b) = (call);                      \
+        int errno_before = errno;                                                                  \
+        (b) = (call);                                                                              \
+        if (hz_unlikely((b) == NULL) && quarantine_empty_out() && ((b) = (call)) != NULL)          \
+            errno = errno_before;                                                                  \
     } while (0)
 
 HZ_INLINE void *core_alloc(size_t n) {
     VG_QUIET();
-    void *b = hz_alloc_fast(n);
-    CORE_RETRY(b, hz_alloc_fast(n));
+    void *b;
+    CORE_CALL(b, hz_alloc_fast(n));
     VG_LOUD();
     return b;
 }
@@ -629,8 +633,8 @@ void *hz_debug_calloc(size_t count, size_t size) {
     }
     /* Large: the core knows when a fresh mapping is zero already. */
     VG_QUIET();
-    char *b = hz_calloc_impl(1, total + OVERHEAD);
-    CORE_RETRY(b, hz_calloc_impl(1, total + OVERHEAD));
+    char *b;
+    CORE_CALL(b, hz_calloc_impl(1, total + OVERHEAD));
     VG_LOUD();
     return b != NULL ? hand_out(b, total, 0, true, true) : NULL;
 }
@@ -649,8 +653,8 @@ void *hz_debug_aligned(size_t alignment, size_t size) {
         return NULL;
     }
     VG_QUIET();
-    char *b = hz_aligned_impl(alignment, size + alignment + MIN_CANARY);
-    CORE_RETRY(b, hz_aligned_impl(alignment, size + alignment + MIN_CANARY));
+    char *b;
+    CORE_CALL(b, hz_aligned_impl(alignment, size + alignment + MIN_CANARY));
     VG_LOUD();
     return b != NULL ? hand_out(b, size, alignment, false, false) : NULL;
 }

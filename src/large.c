@@ -1,6 +1,5 @@
 /* large.c - blocks above HZ_MEDIUM_MAX: one mapping each, with a header at its
  * segment-aligned base, and a bounded process-wide cache of freed mappings. */
-#include <errno.h>
 
 #include "internal.h"
 
@@ -91,10 +90,8 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     if (size == 0) size = 1;
     /* Alignment bounded first, or the difference below wraps (C++'s align_val_t
      * and hz_aligned_alloc take any power of two, 2^63 too). */
-    if (alignment > PTRDIFF_MAX / 4 || size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE - alignment) {
-        errno = ENOMEM;
+    if (alignment > PTRDIFF_MAX / 4 || size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE - alignment)
         return NULL;
-    }
     /* Offset of the user pointer from the mapping's base.  Hardened: the header has
      * its page to itself, and a guard page on each side of the block stops an
      * overrun or underrun at the first byte outside it. */
@@ -114,16 +111,12 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
         hz_gstat_add(large_cache_hits, 1);
     } else {
         base = hz_os_map_aligned(need, big_align ? alignment : HZ_SEGMENT_SIZE);
-        if (base == NULL) {
-            errno = ENOMEM;
-            return NULL;
-        }
+        if (base == NULL) return NULL;
     }
     char *user = base + offset;
     hz_large_t *h = (hz_large_t *)(((uintptr_t)user - 1) & ~(uintptr_t)HZ_SEGMENT_MASK);
     if (!hz_segmap_prepare(h)) {
         large_unmap(base, map_size);
-        errno = ENOMEM;
         return NULL;
     }
     h->magic = HZ_LARGE_MAGIC;
@@ -160,10 +153,7 @@ void *hz_large_realloc(hz_large_t *h, size_t size) {
     return size <= h->usable && size >= h->usable / 2 ? h->user : NULL;
 #else
     size_t offset = (size_t)((char *)h->user - h->base);
-    if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE) return NULL;
     size_t need = hz_align_up(offset + size, hz_os_page_size());
     if (need <= h->map_size && need >= h->map_size / 2) return h->user;
     if (offset != HZ_LARGE_HEADER || size <= HZ_MEDIUM_MAX) return NULL; /* caller copies */

@@ -83,8 +83,9 @@ void hz_gstat_raise(uint64_t *value, uint64_t *peak, uint64_t n) {
 /* The kernel calls below keep the caller's errno.  Some fail as part of normal work
  * (a placement probe, an in-place resize, a hint an older kernel does not know), and
  * a malloc or free that succeeds leaves errno as it found it, as glibc's do (POSIX
- * 2024 requires it of free).  A function here that reports a failure to get memory
- * sets ENOMEM itself. */
+ * 2024 requires it of free).  Failures to get memory are returned, not put in
+ * errno either: an allocation that fails and then succeeds on a retry (after a
+ * reclaim) must not leave ENOMEM behind, so only the entry that gives up sets it. */
 static void *os_mmap(void *addr, size_t size, int prot, int flags) {
     int e = errno;
     void *p = mmap(addr, size, prot, flags, -1, 0);
@@ -152,10 +153,7 @@ void *hz_os_reserve(size_t size, size_t alignment) {
     size_t ps = hz_os_page_size();
     if (alignment < ps) alignment = ps;
     /* Alignment bounded first: PTRDIFF_MAX - 2^63 would wrap. */
-    if (size == 0 || alignment > PTRDIFF_MAX / 2 || size > PTRDIFF_MAX - alignment) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (size == 0 || alignment > PTRDIFF_MAX / 2 || size > PTRDIFF_MAX - alignment) return NULL;
     size = hz_align_up(size, ps);
     char *aligned = reserve_exact(size, alignment);
     if (aligned == NULL) {
@@ -164,7 +162,6 @@ void *hz_os_reserve(size_t size, size_t alignment) {
         char *p = os_mmap(NULL, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS);
         if (p == MAP_FAILED) {
             os_failed();
-            errno = ENOMEM;
             return NULL;
         }
         hz_gstat_grow(bytes_mapped, peak_mapped, over);
@@ -175,7 +172,6 @@ void *hz_os_reserve(size_t size, size_t alignment) {
     }
     if (((uintptr_t)aligned + size - 1) >> HZ_VA_BITS) { /* beyond the segment map */
         unmap_range(aligned, size);
-        errno = ENOMEM;
         return NULL;
     }
     return aligned;
@@ -183,12 +179,11 @@ void *hz_os_reserve(size_t size, size_t alignment) {
 
 /* Make reserved pages usable: the kernel charges them now, so under
  * vm.overcommit_memory=2 (or an impossible size in the heuristic mode) this is
- * where a request fails, cleanly, with ENOMEM. */
+ * where a request fails, cleanly. */
 bool hz_os_commit(void *p, size_t size) {
     size = hz_align_up(size, hz_os_page_size());
     if (os_mprotect(p, size, PROT_READ | PROT_WRITE) != 0) {
         os_failed();
-        errno = ENOMEM;
         return false;
     }
     hz_gstat_grow(bytes_committed, peak_committed, size);
@@ -216,7 +211,6 @@ void *hz_os_map_aligned(size_t size, size_t alignment) {
     void *p = hz_os_reserve(size, alignment);
     if (p != NULL && !hz_os_commit(p, size)) {
         unmap_range(p, hz_align_up(size, hz_os_page_size()));
-        errno = ENOMEM;
         return NULL;
     }
     return p;
@@ -250,11 +244,10 @@ size_t hz_os_purge(void *p, size_t size) {
 
 /* Make a page-aligned, committed range inaccessible: a stray access faults. */
 void hz_os_guard(void *p, size_t size) { os_mprotect(p, size, PROT_NONE); }
-/* ...or writable again; false (ENOMEM) when the kernel will not charge it. */
+/* ...or writable again; false when the kernel will not charge it. */
 bool hz_os_unguard(void *p, size_t size) {
     if (os_mprotect(p, size, PROT_READ | PROT_WRITE) == 0) return true;
     os_failed();
-    errno = ENOMEM;
     return false;
 }
 

@@ -280,12 +280,10 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
         return large_sample_lost(s);
     /* One mapping size for all small samples (see above); the profile counts the
      * size asked for. */
-    int saved_errno = errno; /* the mapping may set it: invisible */
     size_t serve = size < SAMPLE_MAP - HZ_LARGE_HEADER ? SAMPLE_MAP - HZ_LARGE_HEADER : size;
     hz_tls_heap->sampling = true;
     void *p = hz_large_alloc(serve, alignment, zero);
     hz_tls_heap->sampling = false;
-    errno = saved_errno;
     if (p == NULL) return large_sample_lost(s);
     hz_large_t *h = hz_large_header(p);
     h->sample = take_trace(s, hz_tls_heap, size) + 1; /* capacity + 1: in no trace */

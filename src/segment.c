@@ -170,7 +170,7 @@ static bool segment_alone(const hz_segment_t *seg) { return seg->next == NULL &&
  * small program commits little; in a heap that has outgrown one segment, at least
  * doubling what is committed, so that a growing heap makes a handful of mprotect
  * calls per segment (each stops the other threads' page faults while it holds the
- * address-space lock).  False (ENOMEM) when the kernel refuses. */
+ * address-space lock).  False when the kernel refuses. */
 static bool segment_commit(hz_segment_t *seg, unsigned end) {
     unsigned have = seg->committed_units;
     if (end <= have) return true;

@@ -645,7 +645,8 @@ static void test_errno_kept(void)
 /* In a child whose address space is capped 64 MiB above what it maps now: malloc
  * until it fails, free every fifth block, and get as many back (the pages they are
  * in had left their queues full); then free everything and get one 40 MiB block,
- * from memory the small blocks held.  Exit status: which step failed. */
+ * from memory the small blocks held, and 32 KiB blocks until the cap bites again,
+ * errno untouched by every one that succeeds.  Exit status: which step failed. */
 static int exhaustion_child(void)
 {
     char status[8192];
@@ -679,10 +680,28 @@ static int exhaustion_child(void)
             return 4; /* blocks of the size just freed, refused */
     for (size_t i = 0; i < n; i++)
         free(p[i]);
+    /* The first try of this one fails; the allocator gives back what it holds and
+     * tries again.  A malloc that succeeds leaves errno alone. */
+    errno = 0;
     void *big = malloc(opaque((size_t)40 << 20));
     if (big == NULL)
         return 5; /* freed small blocks' memory kept from a large one */
+    if (errno != 0)
+        return 6;
     free(big);
+    /* Blocks of a class the heap has no page of, until the cap bites: every malloc
+     * that succeeds, those whose page came after a retry too, leaves errno alone. */
+    n = 0;
+    for (;;) {
+        errno = 0;
+        if (n == MAX || (p[n] = malloc(opaque(32 << 10))) == NULL)
+            break;
+        if (errno != 0)
+            return 6;
+        memset(p[n++], 2, 32 << 10);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(p[i]);
     return freed > 0 ? 0 : 3;
 }
 
@@ -696,7 +715,8 @@ static void test_exhaustion(void)
     CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
           "exhaustion child: status %#x (exit 3: the cap did not bite; 4: malloc(100) "
           "refused after blocks of that size were freed; 5: 40 MiB refused after "
-          "everything was freed; a signal: crashed)", (unsigned)st);
+          "everything was freed; 6: a malloc that succeeded set errno; a signal: crashed)",
+          (unsigned)st);
 }
 
 /* ------------------------------------------------------------- calloc */
