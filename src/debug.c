@@ -395,14 +395,17 @@ static void blk_find(void *p, blk_t *d, int op) {
 
 /* ---------------------------------------------------------------- quarantine */
 /* Freed blocks wait here before the core may hand them out again: a ring of slots
- * that a free swaps its block into, taking out the oldest, plus as many more as keep
- * the bytes held under QUARANTINE_BYTES.  Large blocks go back at once (their
- * mappings are cached or unmapped). */
+ * that a free swaps its block into, taking out the one put there a ring ago; and
+ * while the bytes held exceed QUARANTINE_BYTES, the oldest blocks leave too, from
+ * quarantine_oldest on (a count of puts, like quarantine_next; the slots between
+ * the two hold the blocks of the last puts, or 0 where one left early).  Large
+ * blocks go back at once (their mappings are cached or unmapped). */
 #define QUARANTINE_SLOTS 4096
 #define QUARANTINE_BYTES ((size_t)32 << 20)
 #define QUARANTINE_TAG 0x687a2d7175617274ULL /* "hz-quart" */
 static _Atomic uintptr_t quarantine[QUARANTINE_SLOTS];
 static _Atomic unsigned quarantine_next;
+static _Atomic unsigned quarantine_oldest;
 static _Atomic size_t quarantine_bytes;
 
 static uint64_t quarantine_tag(const char *b) { return QUARANTINE_TAG ^ (uint64_t)(uintptr_t)b; }
@@ -440,15 +443,35 @@ static char *quarantine_swap(uintptr_t b) {
                                             memory_order_acq_rel);
 }
 
+/* The oldest block still held leaves (false when none is left).  The put counts
+ * wrap around; their differences do not. */
+static bool quarantine_evict_oldest(void) {
+    for (;;) {
+        unsigned next = atomic_load_explicit(&quarantine_next, memory_order_relaxed);
+        unsigned seen = atomic_load_explicit(&quarantine_oldest, memory_order_relaxed);
+        unsigned at = next - seen > QUARANTINE_SLOTS ? next - QUARANTINE_SLOTS : seen;
+        if (at == next) return false;
+        if (!atomic_compare_exchange_weak_explicit(&quarantine_oldest, &seen, at + 1,
+                                                   memory_order_relaxed, memory_order_relaxed))
+            continue;
+        char *old = (char *)atomic_exchange_explicit(&quarantine[at % QUARANTINE_SLOTS], 0,
+                                                     memory_order_acq_rel);
+        if (old != NULL) {
+            quarantine_release(old);
+            return true;
+        }
+    }
+}
+
 static void quarantine_put(char *b, size_t bs) {
     WORD(b) = quarantine_tag(b);
     VG_NOACCESS(b, bs);
     atomic_fetch_add_explicit(&quarantine_bytes, bs, memory_order_relaxed);
     char *old = quarantine_swap((uintptr_t)b);
     if (old != NULL) quarantine_release(old);
-    for (int k = 0; k < 8 && atomic_load_explicit(&quarantine_bytes, memory_order_relaxed) >
-                                 QUARANTINE_BYTES; k++)
-        if ((old = quarantine_swap(0)) != NULL) quarantine_release(old);
+    while (atomic_load_explicit(&quarantine_bytes, memory_order_relaxed) > QUARANTINE_BYTES &&
+           quarantine_evict_oldest()) {
+    }
 }
 
 /* Every block in the quarantine leaves it, checked; true if there was any. */

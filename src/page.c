@@ -259,16 +259,35 @@ static void quarantine_release(hz_heap_t *heap, void *p, hz_page_event_fn event)
     hz_page_t *page = hz_page_of(hz_segment_of(p), p);
     if (hz_link_rel(p) != ((uintptr_t)p & HZ_SEGMENT_MASK) || written_after_free(page, p, 1))
         hz_report_corrupt(p, page->block_size);
+    heap->quarantine_bytes -= page->block_size;
     hz_page_push_then(heap, page, p, event);
 }
 
-/* Into the quarantine, p zero after its first word. */
-static void quarantine_put(hz_heap_t *heap, void *p, hz_page_event_fn event) {
+/* Over budget: the oldest blocks held leave until it is kept. */
+static HZ_COLD HZ_NOINLINE void quarantine_trim(hz_heap_t *heap, hz_page_event_fn event) {
+    while (heap->quarantine_bytes > HZ_QUARANTINE_BYTES) {
+        uint32_t next = heap->quarantine_next;
+        if (next - heap->quarantine_oldest > HZ_QUARANTINE)
+            heap->quarantine_oldest = next - HZ_QUARANTINE; /* the ring went past it */
+        if (heap->quarantine_oldest == next) return;
+        uint32_t at = heap->quarantine_oldest++ % HZ_QUARANTINE;
+        void *old = heap->quarantine[at];
+        if (old == NULL) continue;
+        heap->quarantine[at] = NULL;
+        quarantine_release(heap, old, event);
+    }
+}
+
+/* Into the quarantine, p (of page) zero after its first word; out goes the block put
+ * a ring ago, and the oldest ones while the bytes held are over budget. */
+HZ_INLINE void quarantine_put(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event_fn event) {
     hz_link_set(p, hz_segment_of(p));
     uint32_t i = heap->quarantine_next++ % HZ_QUARANTINE;
     void *old = heap->quarantine[i];
     heap->quarantine[i] = p;
+    heap->quarantine_bytes += page->block_size;
     if (old != NULL) quarantine_release(heap, old, event);
+    if (hz_unlikely(heap->quarantine_bytes > HZ_QUARANTINE_BYTES)) quarantine_trim(heap, event);
 }
 
 /* p was checked to start a block (hz_freed_block_page). */
@@ -276,7 +295,7 @@ void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event
     if (hz_block_on_list(p)) hz_report_double_free(p, page->block_size);
     hz_stat_inc(heap->stats.frees[page->cls]);
     memset(p, 0, page->block_size);
-    quarantine_put(heap, p, event);
+    quarantine_put(heap, page, p, event);
 }
 
 /* Its sender zeroed p and then wrote the marks of its list in its first two words
@@ -284,7 +303,7 @@ void hz_free_quarantine(hz_heap_t *heap, hz_page_t *page, void *p, hz_page_event
 void hz_quarantine_remote(hz_heap_t *heap, hz_page_t *page, void *p) {
     if (written_after_free(page, p, 2)) hz_report_corrupt(p, page->block_size);
     ((uint64_t *)p)[1] = 0;
-    quarantine_put(heap, p, hz_page_free_event);
+    quarantine_put(heap, page, p, hz_page_free_event);
 }
 
 void hz_quarantine_flush(hz_heap_t *heap) {

@@ -121,8 +121,11 @@ static const unsigned hz_segment_cache_slots = HZ_SEGMENT_CACHE;
 #ifndef HZ_HARDENED
 #define HZ_HARDENED 0
 #endif
-/* Freed blocks a heap of the hardened variant holds back before reuse. */
+/* Freed blocks a heap of the hardened variant holds back before reuse, and the bytes
+ * they may hold at most (beyond them the oldest leave early: 256 blocks of 1 MiB
+ * would keep 256 MiB per thread from the program). */
 #define HZ_QUARANTINE 256
+#define HZ_QUARANTINE_BYTES ((size_t)1 << 20)
 /* A heap-profile sample of a small size is a block of its page, handed out past a
  * mark of HZ_SAMPLE_MARK bytes (prof.c), when free checks that a pointer starts a
  * block (hardening): the pointer does not, which sends its free to the slow path
@@ -323,7 +326,9 @@ typedef struct hz_heap {
 #endif
 #if HZ_HARDENED
     void *quarantine[HZ_QUARANTINE];    /* freed, zeroed, not yet reusable (FIFO) */
-    uint32_t quarantine_next;
+    uint32_t quarantine_next;           /* puts so far (wraps) */
+    uint32_t quarantine_oldest;         /* the put whose block leaves next, if held */
+    size_t quarantine_bytes;            /* the blocks' sizes */
     uint64_t rng;                       /* allocation order within new blocks */
 #endif
     hz_segment_t *segments;             /* segments with free units come first */

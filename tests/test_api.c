@@ -719,6 +719,27 @@ static void test_exhaustion(void)
           (unsigned)st);
 }
 
+/* The quarantines of the checked and hardened variants hold freed blocks up to a
+ * number and a number of bytes: 1 MiB blocks freed one after the other must not stay
+ * resident by the hundred (they did: 511 MiB in the checked variant, whose budget
+ * is 32 MiB, and 256 MiB in the hardened one, 256 blocks per thread). */
+static void test_quarantine_bytes(void)
+{
+    if (!hz_loaded)
+        return;
+    const size_t block = (size_t)1 << 20;
+    long before = hz_test_rss_kib();
+    for (int i = 0; i < 1000; i++) {
+        char *volatile p = malloc(opaque(block));
+        CHECK(p != NULL, "malloc(1 MiB) failed");
+        memset(p, 0x77, block);
+        free(p);
+    }
+    long after = hz_test_rss_kib();
+    printf("1000 blocks of 1 MiB freed one after the other: RSS grew %ld KiB\n", after - before);
+    CHECK(after - before < 48L * 1024, "RSS grew %ld KiB (bound 48 MiB)", after - before);
+}
+
 /* ------------------------------------------------------------- calloc */
 
 static void test_calloc_dirty(void)
@@ -1030,6 +1051,7 @@ int main(void)
     test_realloc();
     test_errno_kept();
     test_calloc_dirty();
+    test_quarantine_bytes();
     test_sized_free();
     test_usable_interior();
     test_random_churn();
