@@ -1,9 +1,11 @@
 /* override.c - the libc and C++ names, as thin forwarders onto the core.
  *
  * Exported without a version node: a versioned malloc would not interpose. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "entry.h"
 #include "posix.h"
@@ -84,9 +86,48 @@ typedef void (*new_handler_t)(void);
 extern new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak));
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 
+/* A nothrow new must return NULL where the plain one would throw, a new-handler's
+ * std::bad_alloc included, and catching an exception takes C++.  The C++ runtime's
+ * own nothrow new does it: it calls operator new (ours, the plain one) in a try
+ * block.  Taken only from the runtime whose new-handler this is (a library linked
+ * into the program may define the same names); NULL without one. */
+typedef void *(*nothrow_new_t)(size_t, const void *);
+typedef void *(*nothrow_new_aligned_t)(size_t, size_t, const void *);
+
+static void *runtime_nothrow_new(const char *name) {
+    void *f = dlsym(RTLD_NEXT, name);
+    new_handler_t (*getter)(void) = _ZSt15get_new_handlerv;
+    void *handler_getter;
+    memcpy(&handler_getter, &getter, sizeof handler_getter);
+    Dl_info fi, gi;
+    if (f == NULL || getter == NULL || !dladdr(f, &fi) || !dladdr(handler_getter, &gi) ||
+        fi.dli_fbase != gi.dli_fbase)
+        return NULL;
+    return f;
+}
+
+/* The nothrow forms' way with a new-handler: through the runtime's nothrow new, or,
+ * without one, the handler called here (an exception it throws then goes on up). */
+static HZ_COLD bool nothrow_via_runtime(size_t size, size_t alignment, void **out) {
+    static const char tag; /* std::nothrow's type is empty: any address will do */
+    void *f = runtime_nothrow_new(alignment ? "_ZnwmSt11align_val_tRKSt9nothrow_t"
+                                            : "_ZnwmRKSt9nothrow_t");
+    if (f == NULL) return false;
+    if (alignment) {
+        nothrow_new_aligned_t fn;
+        memcpy(&fn, &f, sizeof fn);
+        *out = fn(size, alignment, &tag);
+    } else {
+        nothrow_new_t fn;
+        memcpy(&fn, &f, sizeof fn);
+        *out = fn(size, &tag);
+    }
+    return true;
+}
+
 /* Returns NULL only for nothrow; otherwise loops on the handler or throws. */
 static HZ_COLD void *new_failed(size_t size, size_t alignment, bool nothrow) {
-    for (;;) {
+    for (bool first = true;; first = false) {
         new_handler_t h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
         if (h == NULL) {
             if (nothrow) return NULL;
@@ -94,8 +135,10 @@ static HZ_COLD void *new_failed(size_t size, size_t alignment, bool nothrow) {
             hz_os_write_err("hakozuna: operator new: out of memory\n");
             abort();
         }
+        void *p;
+        if (nothrow && first && nothrow_via_runtime(size, alignment, &p)) return p;
         h(); /* may free memory, throw, or terminate */
-        void *p = alignment ? hz_entry_aligned(alignment, size) : hz_entry_malloc(size);
+        p = alignment ? hz_entry_aligned(alignment, size) : hz_entry_malloc(size);
         if (p != NULL) return p;
     }
 }

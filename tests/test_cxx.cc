@@ -279,6 +279,54 @@ void test_failures(int hz)
     CHECK(s.size() == 100000 && s[99999] == 'x', "allocation after failures");
 }
 
+int handler_calls;
+void throwing_handler()
+{
+    handler_calls++;
+    throw std::bad_alloc();
+}
+void giving_up_handler() // frees nothing: the next try fails, and then there is no handler
+{
+    handler_calls++;
+    std::set_new_handler(nullptr);
+}
+
+// A new-handler that throws std::bad_alloc (a conforming one) or uninstalls itself:
+// the nothrow forms return nullptr, the plain ones throw.  The nothrow forms once let
+// the handler's exception out, which ended the program (they are noexcept).
+void test_new_handler()
+{
+    const size_t n = opaque(size_t(1) << 62);
+    const auto al = static_cast<std::align_val_t>(opaque(64));
+    for (int round = 0; round < 2; round++) {
+        std::new_handler h = round == 0 ? throwing_handler : giving_up_handler;
+        const char *name = round == 0 ? "a throwing" : "a giving-up";
+        for (int form = 0; form < 4; form++) {
+            handler_calls = 0;
+            std::set_new_handler(h);
+            void *p = form == 0   ? ::operator new(n, std::nothrow)
+                      : form == 1 ? ::operator new[](n, std::nothrow)
+                      : form == 2 ? ::operator new(n, al, std::nothrow)
+                                  : ::operator new[](n, al, std::nothrow);
+            CHECK(p == nullptr, "nothrow new (form %d) with %s new_handler = %p", form, name, p);
+            CHECK(handler_calls == 1, "nothrow new (form %d): %s new_handler called %d times",
+                  form, name, handler_calls);
+            handler_calls = 0;
+            std::set_new_handler(h);
+            bool thrown = false;
+            try {
+                sink = form < 2 ? ::operator new(n) : ::operator new(n, al);
+            } catch (const std::bad_alloc &) {
+                thrown = true;
+            }
+            CHECK(thrown && handler_calls == 1,
+                  "operator new (form %d) with %s new_handler: thrown %d, handler called %d times",
+                  form, name, thrown, handler_calls);
+        }
+    }
+    std::set_new_handler(nullptr);
+}
+
 uint64_t fnv(uint64_t h, const void *data, size_t n)
 {
     const unsigned char *p = static_cast<const unsigned char *>(data);
@@ -362,6 +410,7 @@ int main()
     test_operator_forms();
     test_aligned();
     test_failures(hz);
+    test_new_handler();
     uint64_t sum = test_threads();
 
     if (hz) {
