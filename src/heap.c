@@ -67,7 +67,10 @@ static hz_heap_t *heap_memory(void) {
 static void heap_note(hz_heap_t *heap, int state) {
     struct hz_shm_thread *t = hz_heap_slot(heap);
     if (state == HZ_HEAP_OWNED) {
-        __atomic_store_n(&t->tid, (uint64_t)hz_os_tid(), __ATOMIC_RELAXED);
+        /* Kept in the heap too: the slot's page moves when stats start (shm.c), and
+         * a write racing the move would be lost, the owner then taken for gone. */
+        heap->owner_tid = hz_os_tid();
+        __atomic_store_n(&t->tid, (uint64_t)heap->owner_tid, __ATOMIC_RELAXED);
         __atomic_store_n(&t->owners, t->owners + 1, __ATOMIC_RELAXED);
     }
     __atomic_store_n(&t->state, (uint32_t)state, __ATOMIC_RELEASE);
@@ -121,10 +124,9 @@ static hz_heap_t *take_ownerless(void) {
         sweep_next = h->next_all;
         if (atomic_load_explicit(&h->state, memory_order_relaxed) != HZ_HEAP_OWNED) continue;
         checks++;
-        long tid = (long)__atomic_load_n(&hz_heap_slot(h)->tid, __ATOMIC_RELAXED);
         /* busy: a thread ended inside the allocator (cancelled in a signal handler)
          * left its heap mid-update; that one stays where it is. */
-        if (hz_os_thread_gone(tid) && h->busy == 0) return h;
+        if (hz_os_thread_gone(h->owner_tid) && h->busy == 0) return h;
     }
     return NULL;
 }
@@ -307,7 +309,8 @@ void hz_heaps_fork_child(void) {
     }
     if (own) {
         self->forked = true;
-        __atomic_store_n(&hz_heap_slot(self)->tid, (uint64_t)hz_os_tid(), __ATOMIC_RELAXED);
+        self->owner_tid = hz_os_tid();
+        __atomic_store_n(&hz_heap_slot(self)->tid, (uint64_t)self->owner_tid, __ATOMIC_RELAXED);
     }
     for (hz_heap_t *h = all_heaps; h != NULL; h = h->next_all) {
         if ((h != self || !own) && atomic_load_explicit(&h->state, memory_order_relaxed) ==

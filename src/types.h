@@ -344,6 +344,7 @@ typedef struct hz_heap {
     int busy;                           /* owner inside a slow path (fork checks it) */
     bool forked;                        /* kept by a fork child's thread (heap.c) */
     size_t listed_dirty;                /* dirty_bytes counted while on the abandoned list */
+    long owner_tid;                     /* the owning thread's kernel id (heap.c) */
     struct hz_heap *next_all;           /* registry of every heap */
     struct hz_heap *next_abandoned;
     hz_batch_t *spare;                  /* empty batches for the outboxes */
