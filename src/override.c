@@ -95,12 +95,13 @@ typedef void *(*nothrow_new_t)(size_t, const void *);
 typedef void *(*nothrow_new_aligned_t)(size_t, size_t, const void *);
 
 static void *runtime_nothrow_new(const char *name) {
+    union {
+        new_handler_t (*fn)(void);
+        void *addr;
+    } getter = {.fn = _ZSt15get_new_handlerv};
     void *f = dlsym(RTLD_NEXT, name);
-    new_handler_t (*getter)(void) = _ZSt15get_new_handlerv;
-    void *handler_getter;
-    memcpy(&handler_getter, &getter, sizeof handler_getter);
     Dl_info fi, gi;
-    if (f == NULL || getter == NULL || !dladdr(f, &fi) || !dladdr(handler_getter, &gi) ||
+    if (f == NULL || getter.fn == NULL || !dladdr(f, &fi) || !dladdr(getter.addr, &gi) ||
         fi.dli_fbase != gi.dli_fbase)
         return NULL;
     return f;
