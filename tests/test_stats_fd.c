@@ -33,6 +33,10 @@ static void churn(void)
         void *v[64];
         for (int i = 0; i < 64; i++) v[i] = malloc((size_t)(16 << (i % 14)));
         for (int i = 0; i < 64; i++) free(v[i]);
+        /* A large block: its allocation passes the slow path in every variant (the
+         * hardened one's quarantine may keep the loop above on its fast paths). */
+        char *volatile big = malloc((size_t)3 << 20);
+        free(big);
         sleep_ms(60);
     }
 }
