@@ -118,9 +118,11 @@ static hz_heap_t *sweep_next;
 #define SWEEP_CHECKS 4  /* of which owned ones asked about (a system call each) */
 
 static hz_heap_t *take_ownerless(void) {
+    hz_heap_t *first = NULL; /* one lap at most: a few heaps are not asked about twice */
     for (int visits = 0, checks = 0; visits < SWEEP_VISITS && checks < SWEEP_CHECKS; visits++) {
         hz_heap_t *h = sweep_next != NULL ? sweep_next : all_heaps;
-        if (h == NULL) return NULL;
+        if (h == NULL || h == first) return NULL;
+        if (first == NULL) first = h;
         sweep_next = h->next_all;
         if (atomic_load_explicit(&h->state, memory_order_relaxed) != HZ_HEAP_OWNED) continue;
         checks++;
