@@ -86,16 +86,25 @@ static void *alloc_class(unsigned cls, bool *zero) {
     return class_block(heap, cls, zero);
 }
 
+/* Whether giving back what the process holds may make room for a large request
+ * that failed: when the allocator maps at least as much, or when an address-space
+ * limit (ulimit -v) that the request fits under refused it, whatever the allocator
+ * holds (the room left under the limit counts too).  Not otherwise: a program
+ * probing for the largest block it can get would have its heaps purged at every
+ * probe. */
+static HZ_COLD bool reclaim_may_help(size_t size) {
+    if (size <= hz_gstat_load(bytes_mapped)) return true;
+    size_t limit = hz_os_address_space_limit();
+    return limit != SIZE_MAX && size < limit;
+}
+
 /* Large blocks need no heap, but the process must be set up (page size, fork
  * handlers) even when one is its first allocation. */
 static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     if (hz_unlikely(hz_tls_heap == &hz_empty_heap)) (void)hz_thread_init();
     hz_shm_tick(); /* a program that allocates only large blocks publishes too */
     void *p = hz_large_alloc(size, alignment, zero);
-    /* Not for a request larger than all the allocator maps: giving everything back
-     * could not make room for it (a program probing for the largest block it can
-     * get would have its heaps purged at every probe). */
-    if (hz_unlikely(p == NULL) && size <= hz_gstat_load(bytes_mapped) && reclaim(hz_tls_heap))
+    if (hz_unlikely(p == NULL) && reclaim_may_help(size) && reclaim(hz_tls_heap))
         p = hz_large_alloc(size, alignment, zero);
     if (hz_unlikely(p == NULL)) errno = ENOMEM;
     return p;
