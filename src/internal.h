@@ -236,6 +236,7 @@ void *hz_meta_alloc(size_t size) HZ_HIDDEN;
 size_t hz_os_kernel_page_size(void) HZ_HIDDEN; /* the kernel's, never simulated */
 long hz_os_tid(void) HZ_HIDDEN;
 bool hz_os_thread_gone(long tid) HZ_HIDDEN;
+void *hz_os_symbol_next(const char *name, const void *beside) HZ_HIDDEN;
 /* Whether the CPU has PREFETCHW (x86-64; set by hz_os_init). */
 extern bool hz_os_prefetchw HZ_HIDDEN;
 /* Ask ahead for the line of p, which this thread is about to write.  Where that line

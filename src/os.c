@@ -1,6 +1,7 @@
 /* os.c - every call into the operating system: mappings, purging, time, diagnostics;
  * and the spin locks, which yield to the OS when they wait.
  * Nothing here allocates through libc, so it is safe before and during init. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -69,6 +70,16 @@ bool hz_os_thread_gone(long tid) {
     bool gone = syscall(SYS_tgkill, (long)getpid(), tid, 0) != 0 && errno == ESRCH;
     errno = saved;
     return gone;
+}
+
+/* The definition of `name` that follows this library in the lookup order, if it
+ * lies in the same object as the address `beside`; NULL otherwise. */
+void *hz_os_symbol_next(const char *name, const void *beside) {
+    void *f = dlsym(RTLD_NEXT, name);
+    Dl_info fi, bi;
+    if (f == NULL || !dladdr(f, &fi) || !dladdr(beside, &bi) || fi.dli_fbase != bi.dli_fbase)
+        return NULL;
+    return f;
 }
 
 /* *value += n, and *peak raised to at least the sum. */

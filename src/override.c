@@ -1,7 +1,6 @@
 /* override.c - the libc and C++ names, as thin forwarders onto the core.
  *
  * Exported without a version node: a versioned malloc would not interpose. */
-#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -97,14 +96,9 @@ typedef void *(*nothrow_new_aligned_t)(size_t, size_t, const void *);
 static void *runtime_nothrow_new(const char *name) {
     union {
         new_handler_t (*fn)(void);
-        void *addr;
+        const void *addr;
     } getter = {.fn = _ZSt15get_new_handlerv};
-    void *f = dlsym(RTLD_NEXT, name);
-    Dl_info fi, gi;
-    if (f == NULL || getter.fn == NULL || !dladdr(f, &fi) || !dladdr(getter.addr, &gi) ||
-        fi.dli_fbase != gi.dli_fbase)
-        return NULL;
-    return f;
+    return getter.fn != NULL ? hz_os_symbol_next(name, getter.addr) : NULL;
 }
 
 /* The nothrow forms' way with a new-handler: through the runtime's nothrow new, or,
