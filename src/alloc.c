@@ -110,13 +110,25 @@ static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     return p;
 }
 
+#if HZ_SAMPLE_IN_PAGE
+/* A block of class cls for a heap-profile sample, or NULL.  The request is then
+ * served normally, and may succeed: errno stays as it was (class_block sets ENOMEM
+ * when it gives up). */
+static void *sample_block(hz_heap_t *heap, unsigned cls, bool *zero) {
+    int errno_before = errno;
+    void *block = class_block(heap, cls, zero);
+    if (block == NULL) errno = errno_before;
+    return block;
+}
+#endif
+
 /* A sample of size bytes for the heap profile (prof.c), or NULL to allocate it
  * normally: in a page where free will find its mark (HZ_SAMPLE_IN_PAGE), else a
  * large block. */
 HZ_INLINE void *sampled(hz_heap_t *heap, size_t size, size_t alignment, bool *zero) {
 #if HZ_SAMPLE_IN_PAGE
     if (alignment == 0 && size <= HZ_MEDIUM_MAX - HZ_SAMPLE_MARK) {
-        void *block = class_block(heap, hz_size_class(size + HZ_SAMPLE_MARK), zero);
+        void *block = sample_block(heap, hz_size_class(size + HZ_SAMPLE_MARK), zero);
         return block != NULL ? hz_prof_mark(heap, block, size) : NULL;
     }
 #endif
@@ -173,7 +185,7 @@ void *hz_alloc_sampled(hz_heap_t *heap, hz_page_t *page, void *block, size_t siz
 #if HZ_SAMPLE_IN_PAGE
     if (size <= HZ_MEDIUM_MAX - HZ_SAMPLE_MARK) {
         p = page->block_size - size >= HZ_SAMPLE_MARK ? hz_page_pop(heap, page, block)
-                                                      : class_block(heap, page->cls + 1u, &zero);
+                                                      : sample_block(heap, page->cls + 1u, &zero);
         return p != NULL ? hz_prof_mark(heap, p, size) : alloc_counted(size);
     }
 #endif

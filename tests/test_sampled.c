@@ -15,6 +15,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "../include/hakozuna_prof.h"
 
@@ -196,6 +197,39 @@ static void interior_free(void) {
     free((void *)inside);
 }
 
+/* In a child under an address-space cap: requests of 56 B, whose samples come from
+ * the next class (no room for the mark in their own), while their own class has
+ * free blocks.  Once the next class can get no memory, a sample cannot be had and
+ * the request is served from its own class: it succeeds, and must leave errno alone
+ * (it once left ENOMEM).  Exit status: 2 setup, 3 errno set by a malloc that
+ * succeeded, 4 the cap never bit. */
+static int sample_enomem_child(void) {
+    enum { N = 40000, MAX = 1 << 20 };
+    void **v = mmap(NULL, (N + MAX) * sizeof *v, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (v == MAP_FAILED) return 2;
+    for (int i = 0; i < N; i++) { /* 40 B: sampled from the class of 56 B */
+        if ((v[i] = malloc(40)) == NULL) return 2;
+        memset(v[i], 1, 40);
+    }
+    for (int i = 0; i < N; i++)
+        if (i % 4 != 0) free(v[i]);
+    char status[8192];
+    const char *vm = NULL;
+    if (hz_test_read_file("/proc/self/status", status, sizeof status) <= 0 ||
+        (vm = strstr(status, "VmSize:")) == NULL)
+        return 2;
+    struct rlimit rl = {(strtoul(vm + 7, NULL, 10) << 10) + ((size_t)2 << 20), RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) return 2;
+    for (int i = N; i < N + MAX; i++) {
+        errno = 0;
+        if ((v[i] = malloc(56)) == NULL) return 0;
+        if (errno != 0) return 3;
+        memset(v[i], 2, 56);
+    }
+    return 4;
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     hz_test_rerun_with(argv, "HAKOZUNA_PROFILE", "2");
@@ -254,6 +288,14 @@ int main(int argc, char **argv) {
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
           "a fork child freeing samples failed (status %#x)", status);
     for (int i = 0; i < 16; i++) free(inherited[i]);
+
+    pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) _exit(sample_enomem_child());
+    status = hz_test_wait_child(pid, 120000);
+    CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "sampled requests under an address-space cap: status %#x (exit 3: a malloc that "
+          "succeeded set errno; 4: the cap never bit)", (unsigned)status);
 
     /* What free checks; a library built with --disable-hardening checks none of it
      * (the checked variant all of it, whatever the build). */
