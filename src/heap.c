@@ -63,24 +63,25 @@ static hz_heap_t *heap_memory(void) {
     return (hz_heap_t *)(chunk + kp - sizeof(hz_heap_stats_t));
 }
 
-/* The slot header: who owns the heap now, for readers of the segment. */
-static void heap_note(hz_heap_t *heap, int state) {
+/* The slot header: who owns the heap now (tid, for HZ_HEAP_OWNED), for readers of
+ * the segment. */
+static void heap_note(hz_heap_t *heap, int state, long tid) {
     struct hz_shm_thread *t = hz_heap_slot(heap);
     if (state == HZ_HEAP_OWNED) {
         /* Kept in the heap too: the slot's page moves when stats start (shm.c), and
          * a write racing the move would be lost, the owner then taken for gone. */
-        heap->owner_tid = hz_os_tid();
+        heap->owner_tid = tid;
         __atomic_store_n(&t->tid, (uint64_t)heap->owner_tid, __ATOMIC_RELAXED);
         __atomic_store_n(&t->owners, t->owners + 1, __ATOMIC_RELAXED);
     }
     __atomic_store_n(&t->state, (uint32_t)state, __ATOMIC_RELEASE);
 }
 
-static hz_heap_t *heap_create(int state) {
+static hz_heap_t *heap_create(int state, long tid) {
     hz_heap_t *heap = heap_memory();
     if (heap == NULL) return NULL;
     heap_reset(heap);
-    heap_note(heap, state);
+    heap_note(heap, state, tid);
     atomic_store_explicit(&heap->state, state, memory_order_relaxed);
     if (!hz_lock_acquire(&heaps_lock)) return NULL; /* re-entered from a signal handler */
     heap->next_all = all_heaps;
@@ -111,24 +112,42 @@ static hz_heap_t *list_unlink(hz_heap_t **link) {
  * four rounds at most, so a thread whose first allocation comes in the last round
  * gets a heap no destructor gives up.  Each starting thread looks at a few heaps,
  * round the registry, and takes over an owned one whose thread is gone (its kernel
- * id no longer names a thread of the process; a reused id only delays this).  Under
- * heaps_lock. */
-static hz_heap_t *sweep_next;
+ * id no longer names a thread of the process; a reused id only delays this).  The
+ * kernel is asked outside heaps_lock, which thread starts and exits share. */
+static hz_heap_t *sweep_next; /* heaps_lock */
 #define SWEEP_VISITS 32 /* heaps looked at per starting thread */
 #define SWEEP_CHECKS 4  /* of which owned ones asked about (a system call each) */
 
-static hz_heap_t *take_ownerless(void) {
+static hz_heap_t *take_ownerless(long tid) {
+    hz_heap_t *seen[SWEEP_CHECKS];
+    long owner[SWEEP_CHECKS];
+    int n = 0;
+    if (!hz_lock_acquire(&heaps_lock)) return NULL;
     hz_heap_t *first = NULL; /* one lap at most: a few heaps are not asked about twice */
-    for (int visits = 0, checks = 0; visits < SWEEP_VISITS && checks < SWEEP_CHECKS; visits++) {
+    for (int visits = 0; visits < SWEEP_VISITS && n < SWEEP_CHECKS; visits++) {
         hz_heap_t *h = sweep_next != NULL ? sweep_next : all_heaps;
-        if (h == NULL || h == first) return NULL;
+        if (h == NULL || h == first) break;
         if (first == NULL) first = h;
         sweep_next = h->next_all;
         if (atomic_load_explicit(&h->state, memory_order_relaxed) != HZ_HEAP_OWNED) continue;
-        checks++;
-        /* busy: a thread ended inside the allocator (cancelled in a signal handler)
-         * left its heap mid-update; that one stays where it is. */
-        if (hz_os_thread_gone(h->owner_tid) && h->busy == 0) return h;
+        seen[n] = h;
+        owner[n++] = h->owner_tid;
+    }
+    hz_lock_release(&heaps_lock);
+    for (int i = 0; i < n; i++) {
+        if (!hz_os_thread_gone(owner[i]) || !hz_lock_acquire(&heaps_lock)) continue;
+        hz_heap_t *h = seen[i];
+        /* Still that thread's (no other starting thread took it meanwhile), and not
+         * left mid-update by a thread that ended inside the allocator (cancelled in a
+         * signal handler): that one stays where it is. */
+        bool take = atomic_load_explicit(&h->state, memory_order_relaxed) == HZ_HEAP_OWNED &&
+                    h->owner_tid == owner[i] && h->busy == 0;
+        if (take) heap_note(h, HZ_HEAP_OWNED, tid);
+        hz_lock_release(&heaps_lock);
+        if (take) {
+            hz_gstat_sub(threads_live, 1); /* its thread never counted itself out */
+            return h;
+        }
     }
     return NULL;
 }
@@ -136,19 +155,17 @@ static hz_heap_t *take_ownerless(void) {
 /* A heap for a starting thread: one whose thread ended without giving it up, else an
  * abandoned one, else a new one. */
 hz_heap_t *hz_heap_acquire(void) {
-    hz_heap_t *heap = NULL;
-    if (hz_lock_acquire(&heaps_lock)) {
-        heap = take_ownerless();
-        if (heap != NULL) {
-            hz_gstat_sub(threads_live, 1); /* its thread never counted itself out */
-        } else if (abandoned != NULL) {
+    long tid = hz_os_tid();
+    hz_heap_t *heap = take_ownerless(tid);
+    if (heap == NULL && hz_lock_acquire(&heaps_lock)) {
+        if (abandoned != NULL) {
             heap = list_unlink(&abandoned);
             atomic_store_explicit(&heap->state, HZ_HEAP_OWNED, memory_order_relaxed);
+            heap_note(heap, HZ_HEAP_OWNED, tid);
         }
-        if (heap != NULL) heap_note(heap, HZ_HEAP_OWNED); /* the new tid: no one else takes it */
         hz_lock_release(&heaps_lock);
     }
-    if (heap == NULL) return heap_create(HZ_HEAP_OWNED);
+    if (heap == NULL) return heap_create(HZ_HEAP_OWNED, tid);
     hz_gstat_add(heaps_adopted, 1);
     return heap;
 }
@@ -195,7 +212,7 @@ void hz_heap_abandon(hz_heap_t *heap) {
     /* Ordered against a sender's inbox push and state check: one of the two sees the
      * other, so a batch posted meanwhile is either collected or mailed. */
     atomic_store_explicit(&heap->state, HZ_HEAP_ABANDONED, memory_order_seq_cst);
-    heap_note(heap, HZ_HEAP_ABANDONED);
+    heap_note(heap, HZ_HEAP_ABANDONED, 0);
     list_push(heap);
     hz_lock_release(&heaps_lock);
     hz_upkeep_at(purge_at);
@@ -269,7 +286,7 @@ void hz_heaps_trim(void) {
  * which nothing would release: there is no destructor round after the last. */
 hz_heap_t *hz_exit_heap_lock(void) {
     if (!hz_lock_acquire(&exit_lock)) return NULL;
-    if (exit_heap == NULL) exit_heap = heap_create(HZ_HEAP_SHARED);
+    if (exit_heap == NULL) exit_heap = heap_create(HZ_HEAP_SHARED, 0);
     if (exit_heap == NULL) hz_lock_release(&exit_lock);
     return exit_heap;
 }
@@ -318,7 +335,7 @@ void hz_heaps_fork_child(void) {
         if ((h != self || !own) && atomic_load_explicit(&h->state, memory_order_relaxed) ==
                                        HZ_HEAP_OWNED) {
             atomic_store_explicit(&h->state, HZ_HEAP_ORPHANED, memory_order_relaxed);
-            heap_note(h, HZ_HEAP_ORPHANED);
+            heap_note(h, HZ_HEAP_ORPHANED, 0);
         }
     }
     __atomic_store_n(&hz_gstats.threads_live, own ? 1 : 0, __ATOMIC_RELAXED);
