@@ -120,18 +120,23 @@ static HZ_COLD bool nothrow_via_runtime(size_t size, size_t alignment, void **ou
     return true;
 }
 
+static new_handler_t current_new_handler(void) {
+    return _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+}
+
 /* Returns NULL only for nothrow; otherwise loops on the handler or throws. */
 static HZ_COLD void *new_failed(size_t size, size_t alignment, bool nothrow) {
-    for (bool first = true;; first = false) {
-        new_handler_t h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+    void *p;
+    if (nothrow && current_new_handler() != NULL && nothrow_via_runtime(size, alignment, &p))
+        return p;
+    for (;;) {
+        new_handler_t h = current_new_handler();
         if (h == NULL) {
             if (nothrow) return NULL;
             if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
             hz_os_write_err("hakozuna: operator new: out of memory\n");
             abort();
         }
-        void *p;
-        if (nothrow && first && nothrow_via_runtime(size, alignment, &p)) return p;
         h(); /* may free memory, throw, or terminate */
         p = alignment ? hz_entry_aligned(alignment, size) : hz_entry_malloc(size);
         if (p != NULL) return p;
