@@ -22,10 +22,17 @@ static hz_heap_t *exit_heap;
 static hz_lock_t upkeep_lock;
 _Atomic uint64_t hz_upkeep_due;
 
-/* Abandoned heaps keep freed memory resident for the threads that will adopt them,
- * up to this much in all: short-lived threads then cost no madvise and page-fault
- * round trip.  Beyond it, exiting threads purge. */
+/* Abandoned heaps keep freed memory resident for the threads that will adopt them:
+ * short-lived threads then cost no madvise and page-fault round trip.  They keep up
+ * to ABANDONED_DIRTY_MAX in all, plus what starting threads took over with the heaps
+ * they adopted in the last one or two windows of HZ_PURGE_DELAY_MS (up to
+ * ABANDONED_DEMAND_MAX): a program whose threads come and go many at a time keeps
+ * what the next ones will use, and one whose threads stop coming is back to the base
+ * allowance within two windows.  Beyond the allowance, exiting threads purge. */
 #define ABANDONED_DIRTY_MAX ((size_t)HZ_DIRTY_BUDGET)
+#define ABANDONED_DEMAND_MAX (4 * (size_t)HZ_DIRTY_BUDGET)
+static uint64_t demand_window_ms; /* heaps_lock, with demand */
+static size_t demand[2];          /* dirty bytes adopted: this window, the one before */
 
 hz_lock_t *hz_heaps_lock(void) { return &heaps_lock; }
 hz_lock_t *hz_exit_lock(void) { return &exit_lock; }
@@ -99,6 +106,20 @@ static void list_push(hz_heap_t *heap) {
     abandoned = heap;
 }
 
+/* Start a new window of adoptions once the current one is HZ_PURGE_DELAY_MS old. */
+static void demand_roll(uint64_t now) {
+    if (now < demand_window_ms + hz_purge_delay_ms) return;
+    demand[1] = now - demand_window_ms < 2 * hz_purge_delay_ms ? demand[0] : 0;
+    demand[0] = 0;
+    demand_window_ms = now;
+}
+
+static size_t abandoned_allowance(uint64_t now) {
+    demand_roll(now);
+    size_t recent = demand[0] + demand[1];
+    return ABANDONED_DIRTY_MAX + (recent > ABANDONED_DEMAND_MAX ? ABANDONED_DEMAND_MAX : recent);
+}
+
 static hz_heap_t *list_unlink(hz_heap_t **link) {
     hz_heap_t *heap = *link;
     *link = heap->next_abandoned;
@@ -157,8 +178,11 @@ static hz_heap_t *take_ownerless(long tid) {
 hz_heap_t *hz_heap_acquire(void) {
     long tid = hz_os_tid();
     hz_heap_t *heap = take_ownerless(tid);
+    uint64_t now = hz_os_now_ms();
     if (heap == NULL && hz_lock_acquire(&heaps_lock)) {
         if (abandoned != NULL) {
+            demand_roll(now);
+            demand[0] += abandoned->listed_dirty;
             heap = list_unlink(&abandoned);
             atomic_store_explicit(&heap->state, HZ_HEAP_OWNED, memory_order_relaxed);
             heap_note(heap, HZ_HEAP_OWNED, tid);
@@ -190,13 +214,14 @@ static uint64_t earliest(uint64_t a, uint64_t b) {
 }
 
 /* A heap about to join the abandoned list keeps its freed memory resident only while
- * the list's total stays within ABANDONED_DIRTY_MAX; past it, the heap is purged and
+ * the list's total stays within the allowance; past it, the heap is purged and
  * its empty segments are released.  Both ways onto the list pass here: a thread's
  * exit, and upkeep, whose collections of late remote frees empty pages too. */
 static void keep_within_budget(hz_heap_t *heap) {
     bool keep = false;
+    uint64_t now = hz_os_now_ms();
     if (hz_lock_acquire(&heaps_lock)) {
-        keep = abandoned_dirty + heap->dirty_bytes <= ABANDONED_DIRTY_MAX;
+        keep = abandoned_dirty + heap->dirty_bytes <= abandoned_allowance(now);
         hz_lock_release(&heaps_lock);
     }
     if (!keep) hz_heap_tidy(heap, HZ_TIDY_ALL);
@@ -309,6 +334,7 @@ void hz_exit_heap_forget(void) {
 void hz_heaps_forget(void) {
     abandoned = NULL;
     abandoned_dirty = 0;
+    demand[0] = demand[1] = 0;
 }
 
 /* In the child, only the forking thread is left.  The heaps of the others may have
