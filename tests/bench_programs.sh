@@ -23,7 +23,8 @@ BENCH_DIR=${BENCH_DIR:-bench}
 
 PROGRAMS="bench_random_mixed_malloc_args bench_random_mixed_malloc_dist
 bench_random_mixed_mt_remote_malloc bench_larson bench_cache_scratch
-bench_xmalloc bench_realloc_string bench_rss_plateau bench_core_latency"
+bench_xmalloc bench_realloc_string bench_rss_plateau bench_core_latency
+bench_thread_churn"
 
 passed=0
 failed=0
@@ -191,6 +192,18 @@ expect_usage $P 2 0 64 16 256 100
 expect_usage $P 2 3 0 16 256 100
 expect_usage $P 2 3 64 16 256 0
 
+P=bench_thread_churn
+expect_usage $P
+expect_usage $P 64 16
+expect_usage $P abc 16 240
+expect_usage $P -5 16 240
+expect_usage $P 0 16 240
+expect_usage $P 64 0 240
+expect_usage $P 64 2000 240
+expect_usage $P 64 16 0
+expect_usage $P 64 16 240 0xg
+expect_usage $P 64 16 240 1 extra
+
 P=bench_cache_scratch
 expect_usage $P
 expect_usage $P 2 100 8
@@ -236,6 +249,8 @@ expect_ok bench_random_mixed_malloc_dist 20000 64 16 32768 7 trimix 16 256 60 25
 expect_ok bench_random_mixed_mt_remote_malloc 2 20000 64 16 1024 50
 expect_ok bench_random_mixed_mt_remote_malloc 3 5000 32 16 256 30 1
 expect_ok bench_larson 2 3 64 16 256 500
+expect_ok bench_thread_churn 40 16 240
+expect_ok bench_thread_churn 5 2 1 9
 expect_ok bench_cache_scratch 2 1000 8 10
 expect_ok bench_xmalloc 2 100 16 16 256
 expect_ok bench_xmalloc 3 100 16 16 256
@@ -337,6 +352,9 @@ expect_reproducible "mt_remote" \
 expect_reproducible "larson" \
     "bench_larson 2 3 64 16 256 500" \
     "bench_larson 2 3 64 16 256 500 0x7"
+expect_reproducible "thread_churn" \
+    "bench_thread_churn 64 8 240" \
+    "bench_thread_churn 64 8 240 0x9"
 expect_reproducible "xmalloc" \
     "bench_xmalloc 4 50 16 16 256" \
     "bench_xmalloc 4 50 16 16 256 0x8"
