@@ -173,6 +173,15 @@ static hz_heap_t *take_ownerless(long tid) {
     return NULL;
 }
 
+/* A heap taken over sizes its classes' pages as a new heap does:
+ * how its last thread used a class (a page retired, so the class cycles and gets long
+ * pages) says nothing of the next.  Carried over, a thread that makes one 32 KiB
+ * block got a 1 MiB page for it, and threads 16 at a time faulted in six times the
+ * pages (docs/PERFORMANCE.md, thread churn). */
+static void forget_classes(hz_heap_t *heap) {
+    for (unsigned c = 0; c < HZ_CLASSES; c++) heap->queues[c].retired_ms = 0;
+}
+
 /* A heap for a starting thread: one whose thread ended without giving it up, else an
  * abandoned one, else a new one. */
 hz_heap_t *hz_heap_acquire(void) {
@@ -190,6 +199,7 @@ hz_heap_t *hz_heap_acquire(void) {
         hz_lock_release(&heaps_lock);
     }
     if (heap == NULL) return heap_create(HZ_HEAP_OWNED, tid);
+    forget_classes(heap);
     hz_gstat_add(heaps_adopted, 1);
     return heap;
 }
