@@ -103,6 +103,7 @@ static HZ_COLD bool reclaim_may_help(size_t size) {
 static void *large_alloc(size_t size, size_t alignment, bool *zero) {
     if (hz_unlikely(hz_tls_heap == &hz_empty_heap)) (void)hz_thread_init();
     hz_shm_tick(); /* a program that allocates only large blocks publishes too */
+    hz_upkeep_tick();
     void *p = hz_large_alloc(size, alignment, zero);
     if (hz_unlikely(p == NULL) && reclaim_may_help(size) && reclaim(hz_tls_heap))
         p = hz_large_alloc(size, alignment, zero);
@@ -262,6 +263,7 @@ static HZ_NOINLINE void free_not_small(void *p) {
     if (h != NULL) {
         if (h->sample != 0) hz_prof_release(h);
         hz_large_free(h);
+        hz_upkeep_tick(); /* a program that frees only large blocks ages their cache */
         return;
     }
     hz_gstat_add(foreign_frees, 1); /* the dynamic loader's, or another allocator's */

@@ -297,12 +297,14 @@ static uint64_t tidy_exit_heap(enum hz_tidy how) {
     return next;
 }
 
-/* Upkeep of the heaps nobody owns, once it is due; one thread at a time. */
+/* Upkeep of the heaps nobody owns and of the large cache, once it is due; one thread
+ * at a time. */
 void hz_upkeep_run(void) {
     uint64_t due = atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed);
     if (due == 0 || hz_os_now_ms() < due || !hz_lock_try(&upkeep_lock)) return;
     atomic_store_explicit(&hz_upkeep_due, 0, memory_order_relaxed);
     uint64_t next = earliest(tidy_abandoned(HZ_TIDY_TIMED), tidy_exit_heap(HZ_TIDY_TIMED));
+    next = earliest(next, hz_large_cache_age(hz_os_now_ms()));
     hz_lock_release(&upkeep_lock);
     hz_upkeep_at(next);
 }

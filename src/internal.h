@@ -338,6 +338,8 @@ hz_large_t *hz_large_holding(const void *p) HZ_HIDDEN;
 void hz_large_free(hz_large_t *h) HZ_HIDDEN;
 void *hz_large_realloc(hz_large_t *h, size_t size) HZ_HIDDEN;
 bool hz_large_cache_trim(void) HZ_HIDDEN;
+/* Purge the large cache's mappings idle for a purge delay; when the next one is due. */
+uint64_t hz_large_cache_age(uint64_t now) HZ_HIDDEN;
 
 /* ------------------------------------------------------- a heap's life (heap.c) */
 hz_heap_t *hz_heap_acquire(void) HZ_HIDDEN;

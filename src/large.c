@@ -1,11 +1,19 @@
 /* large.c - blocks above HZ_MEDIUM_MAX: one mapping each, with a header at its
- * segment-aligned base, and a bounded process-wide cache of freed mappings. */
+ * segment-aligned base, and a bounded process-wide cache of freed mappings.
+ *
+ * A cached mapping stays resident for HZ_PURGE_DELAY_MS to one more, the time-based
+ * policy of freed pages (segment.c); then upkeep purges it and it stays cached,
+ * mapped but not resident, until it is reused or evicted. */
 
 #include "internal.h"
 
 #define LARGE_CACHE_SLOTS 16
 
-typedef struct { char *base; size_t map_size; } cached_t;
+typedef struct {
+    char *base;
+    size_t map_size;
+    uint64_t freed_ms; /* when it was cached; 0 once purged */
+} cached_t;
 static hz_lock_t large_lock;
 static cached_t cache[LARGE_CACHE_SLOTS];
 static unsigned cache_count;
@@ -32,7 +40,8 @@ hz_large_t *hz_large_header(const void *p) {
 /* If the kernel refuses, the mapping stays (counted in os_errors and bytes_mapped). */
 static void large_unmap(char *base, size_t map_size) { hz_os_unmap(base, map_size, map_size); }
 
-static char *cache_take(size_t need, size_t *map_size) {
+/* A cached mapping to reuse, and whether it reads as zero (purged). */
+static char *cache_take(size_t need, size_t *map_size, bool *purged) {
     char *base = NULL;
     if (!hz_lock_acquire(&large_lock)) return NULL;
     unsigned best = LARGE_CACHE_SLOTS;
@@ -45,6 +54,7 @@ static char *cache_take(size_t need, size_t *map_size) {
     if (best < LARGE_CACHE_SLOTS) {
         base = cache[best].base;
         *map_size = cache[best].map_size;
+        *purged = cache[best].freed_ms == 0;
         cache_bytes -= *map_size;
         cache[best] = cache[--cache_count];
     }
@@ -64,11 +74,52 @@ static bool cache_put(char *base, size_t map_size) {
         cache_bytes -= cache[0].map_size;
         memmove(&cache[0], &cache[1], --cache_count * sizeof cache[0]);
     }
-    cache[cache_count++] = (cached_t){base, map_size};
+    uint64_t now = hz_os_now_ms();
+    cache[cache_count++] = (cached_t){base, map_size, now};
     cache_bytes += map_size;
     hz_lock_release(&large_lock);
     for (unsigned i = 0; i < n_evict; i++) large_unmap(evict[i].base, evict[i].map_size);
+    hz_upkeep_at(now + HZ_PURGE_DELAY_MS);
     return true;
+}
+
+/* Purge the cached mappings freed HZ_PURGE_DELAY_MS ago or more.  They leave the
+ * cache while the kernel drops their pages (a malloc must not take one meanwhile)
+ * and come back marked purged.  Returns when the next is due (0: none). */
+uint64_t hz_large_cache_age(uint64_t now) {
+    cached_t old[LARGE_CACHE_SLOTS];
+    unsigned n = 0;
+    uint64_t next = 0;
+    if (!hz_lock_acquire(&large_lock)) return 0;
+    for (unsigned i = 0; i < cache_count;) {
+        cached_t *c = &cache[i];
+        if (c->freed_ms != 0 && now >= c->freed_ms + HZ_PURGE_DELAY_MS) {
+            old[n++] = *c;
+            cache_bytes -= c->map_size;
+            *c = cache[--cache_count];
+            continue;
+        }
+        if (c->freed_ms != 0 && (next == 0 || c->freed_ms + HZ_PURGE_DELAY_MS < next))
+            next = c->freed_ms + HZ_PURGE_DELAY_MS;
+        i++;
+    }
+    hz_lock_release(&large_lock);
+    for (unsigned i = 0; i < n; i++) {
+        /* Failed, it is not zero: the next upkeep tries again. */
+        old[i].freed_ms = hz_os_purge(old[i].base, old[i].map_size) == old[i].map_size ? 0 : now;
+        bool kept = false;
+        if (hz_lock_acquire(&large_lock)) {
+            kept = cache_count < LARGE_CACHE_SLOTS &&
+                   cache_bytes + old[i].map_size <= HZ_LARGE_CACHE_BYTES;
+            if (kept) {
+                cache[cache_count++] = old[i];
+                cache_bytes += old[i].map_size;
+            }
+            hz_lock_release(&large_lock);
+        }
+        if (!kept) large_unmap(old[i].base, old[i].map_size);
+    }
+    return next;
 }
 
 bool hz_large_cache_trim(void) {
@@ -105,8 +156,9 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
 #endif
     size_t need = hz_align_up(offset + size, hz_os_page_size()) + guard;
     size_t map_size = need;
-    char *base = big_align ? NULL : cache_take(need, &map_size); /* none when hardened */
-    *zeroed = base == NULL;
+    bool purged = false;
+    char *base = big_align ? NULL : cache_take(need, &map_size, &purged); /* none when hardened */
+    *zeroed = base == NULL || purged;
     if (base != NULL) {
         hz_gstat_add(large_cache_hits, 1);
     } else {

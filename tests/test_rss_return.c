@@ -10,6 +10,12 @@
  * allocator gets up to about 1 s (polled every 50 ms, with a few small
  * malloc/free calls each time) to do so.  No trim call is made: returning
  * memory is the allocator's own job.  Skipped when MemAvailable < 3 GiB.
+ *
+ * First, freed large blocks that fit hakozuna's large cache: 6 blocks of 4 MiB,
+ * every page touched, then freed.  The cache keeps such mappings for reuse, but not
+ * resident beyond the purge delay: after 100 ms and one more large malloc and free,
+ * RSS must be within 8 MiB of where it was before the blocks (24 MiB stayed).  Then
+ * calloc takes them again and must find them zero.
  */
 #include "hz_test.h"
 
@@ -138,6 +144,53 @@ static int phase(const char *name, size_t lo, size_t hi, uint64_t seed, long bas
     return 1;
 }
 
+#define CACHED_BLOCKS 6
+#define CACHED_SIZE ((size_t)4 << 20)
+#define CACHED_BOUND_KIB (8L * 1024)
+
+static void cached_large(int hz)
+{
+    void *b[CACHED_BLOCKS];
+    long before = hz_test_rss_kib();
+    for (int i = 0; i < CACHED_BLOCKS; i++) {
+        b[i] = malloc(CACHED_SIZE);
+        CHECK(b[i] != NULL, "malloc(%zu) failed", CACHED_SIZE);
+        for (size_t off = 0; off < CACHED_SIZE; off += page_size)
+            ((volatile char *)b[i])[off] = (char)(i + 1);
+    }
+    long peak = hz_test_rss_kib();
+    for (int i = 0; i < CACHED_BLOCKS; i++)
+        free(b[i]);
+    long freed = hz_test_rss_kib();
+    hz_test_sleep_ms(100); /* twice the default purge delay */
+    void *p = malloc(CACHED_SIZE - (1 << 20)); /* a slow path, which runs upkeep */
+    CHECK(p != NULL, "malloc failed");
+    free(p);
+    long after = hz_test_rss_kib();
+    printf("cached %d x %zu MiB: RSS before %ld KiB, peak %ld KiB, at the free %ld KiB, "
+           "100 ms later %ld KiB (bound +%ld KiB)\n", CACHED_BLOCKS, CACHED_SIZE >> 20, before,
+           peak, freed, after, CACHED_BOUND_KIB);
+    CHECK(peak - before >= (long)(CACHED_BLOCKS * CACHED_SIZE >> 10) * 9 / 10,
+          "the large blocks were not resident (%ld KiB)", peak - before);
+    if (hz)
+        CHECK(after - before < CACHED_BOUND_KIB,
+              "RSS still %ld KiB above its level before %d freed %zu MiB blocks, 100 ms after "
+              "they were freed: the large cache kept them resident", after - before,
+              CACHED_BLOCKS, CACHED_SIZE >> 20);
+    /* Purged mappings read as zero, and calloc may hand them out unwritten; those
+     * not purged yet it must clear. */
+    for (int i = 0; i < CACHED_BLOCKS; i++) {
+        b[i] = calloc(1, CACHED_SIZE - (1 << 20));
+        CHECK(b[i] != NULL, "calloc failed");
+        for (size_t off = 0; off < CACHED_SIZE - (1 << 20); off += page_size)
+            CHECK(((const char *)b[i])[off] == 0, "calloc'd large block %d: byte %zu is %d", i,
+                  off, ((const char *)b[i])[off]);
+    }
+    for (int i = 0; i < CACHED_BLOCKS; i++)
+        free(b[i]);
+    malloc_trim(0); /* the phases below start from an empty cache */
+}
+
 int main(void)
 {
     int hz = hz_test_require_loaded();
@@ -153,6 +206,7 @@ int main(void)
         CHECK(p != NULL, "malloc failed");
         free(p);
     }
+    cached_large(hz);
     long baseline = hz_test_rss_kib();
     CHECK(baseline > 0, "cannot read RSS");
 
