@@ -101,6 +101,16 @@ static bool retire_kept(hz_heap_t *heap);
 /* The low bits of the clock in ms, plus 1, so that 0 means "never". */
 static uint32_t retire_stamp(void) { return (uint32_t)hz_os_now_ms() + 1; }
 
+/* The page's blocks: class cls, the span up to `end`. */
+static void page_shape(hz_page_t *page, hz_segment_t *seg, unsigned cls, const char *end) {
+    page->cls = (uint8_t)cls;
+    for (unsigned u = 0; u < page->units; u++) seg->unit_class[page->first_unit + u] = (uint8_t)cls;
+    page->block_size = hz_class_size[cls];
+    page->reserved = (uint16_t)((size_t)(end - page->start) / page->block_size);
+    page->block_mul = UINT64_MAX / page->block_size + 1 +
+                      ((page->block_size & (page->block_size - 1)) == 0); /* see hz_block_rank */
+}
+
 static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     /* A page is made only when every page the class holds is full: a class with
      * pages has filled one, and gets a long page.  Its first is short, and so is any
@@ -136,15 +146,44 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
         }
     }
 #endif
-    page->cls = (uint8_t)cls;
-    for (unsigned u = 0; u < page->units; u++) seg->unit_class[page->first_unit + u] = (uint8_t)cls;
-    page->block_size = hz_class_size[cls];
-    page->reserved = (uint16_t)((size_t)(end - page->start) / page->block_size);
-    page->block_mul = UINT64_MAX / page->block_size + 1 +
-                      ((page->block_size & (page->block_size - 1)) == 0); /* see hz_block_rank */
+    page_shape(page, seg, cls, end);
     page->free = seg; /* an empty list that ends within the segment */
     hz_stat_inc(heap->stats.pages_made);
     return page;
+}
+
+/* realloc of p, the one block of its page and in use, to a block of class cls (also
+ * of one block per page): the page's span grows in place into the free units after
+ * it, and p becomes a block of cls where it is, nothing copied.  False when those
+ * units are not free or cls's alignment does not hold where the span starts. */
+bool hz_page_grow(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
+#if HZ_HARDENED
+    (void)heap, (void)page, (void)cls;
+    return false; /* the span may end at its segment's guard page */
+#else
+    unsigned old = page->cls;
+    if ((size_t)hz_class_units[cls] * HZ_UNIT_SIZE >= 2 * (size_t)hz_class_size[cls])
+        return false; /* cls has pages of several blocks */
+    heap->busy++; /* queues change: a fork from a signal handler must not trust them */
+    bool grown = hz_span_grow(heap, page, hz_class_units[cls], hz_class_align_units[cls]);
+    if (grown) {
+        if (page->in_queue) { /* its block is out: it is full, as if a refill had seen it */
+            bool was_current = heap->current[old] == page;
+            queue_remove(&heap->queues[old], page);
+            if (was_current) hz_set_current(heap, old, heap->queues[old].first);
+        }
+        heap->queues[old].pages--;
+        heap->queues[cls].pages++;
+        hz_segment_t *seg = hz_segment_of(page);
+        page_shape(page, seg, cls,
+                   (char *)seg + (size_t)(page->first_unit + page->units) * HZ_UNIT_SIZE);
+        page->carved_rank = hz_rank_step(page);
+        hz_stat_inc(heap->stats.frees[old]); /* counted as a move between classes */
+        hz_stat_inc(heap->stats.mallocs[cls]);
+    }
+    heap->busy--;
+    return grown;
+#endif
 }
 
 /* A page that ran out of free blocks leaves its queue, and comes back when a quarter

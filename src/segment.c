@@ -467,6 +467,36 @@ static hz_segment_t *retired_span(hz_heap_t *heap, unsigned cls, unsigned units,
     return hz_segment_of(page);
 }
 
+/* Units [first, first + units) of seg, free, now the span of `page`: off the free and
+ * retired lists, counted in use, and mapped to the page.  Returns whether they were
+ * untouched (zero). */
+static bool units_claim(hz_heap_t *heap, hz_segment_t *seg, unsigned first, unsigned units,
+                        hz_page_t *page) {
+    retired_drop(heap, seg, first, units);
+    uint64_t m = units_mask(first, units);
+    seg->free_units &= ~m;
+    seg->purge_candidates &= ~m;
+    update_max_run(seg);
+    heap->used_bytes += (size_t)units * HZ_UNIT_SIZE;
+    if (heap->used_bytes > heap->used_peak[0]) heap->used_peak[0] = heap->used_bytes;
+    if (seg->free_units == 0 && seg->next != NULL) { /* full segments go to the back */
+        segment_unlink(heap, seg);
+        hz_segment_t *last = heap->segments;
+        while (last->next) last = last->next;
+        last->next = seg;
+        seg->prev = last;
+    }
+    bool zero = (seg->dirty_units & m) == 0;
+    size_t resident = (size_t)__builtin_popcountll(seg->dirty_units & m) * HZ_UNIT_SIZE;
+    dirty_sub(heap, resident);
+    heap->reused[0] += (size_t)__builtin_popcountll(seg->used_units & m) * HZ_UNIT_SIZE;
+    seg->dirty_units |= m;
+    seg->used_units |= m;
+    hz_page_t **unit_page = hz_unit_pages(seg);
+    for (unsigned u = 0; u < units; u++) unit_page[first + u] = page;
+    return zero;
+}
+
 /* A page of class cls, `units` units long, starting at a multiple of `align_units`
  * (so that blocks of the class are aligned to it): a span the class gave back, else
  * one from the heap's segments or a new one. */
@@ -483,34 +513,30 @@ hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned cls, unsigned units, unsigned
         first = __builtin_ctzll(starts);
     }
     if (!segment_commit(seg, (unsigned)first + units)) return NULL;
-    retired_drop(heap, seg, (unsigned)first, units);
-    uint64_t m = units_mask((unsigned)first, units);
-    seg->free_units &= ~m;
-    seg->purge_candidates &= ~m;
-    update_max_run(seg);
-    heap->used_bytes += (size_t)units * HZ_UNIT_SIZE;
-    if (heap->used_bytes > heap->used_peak[0]) heap->used_peak[0] = heap->used_bytes;
-    if (seg->free_units == 0 && seg->next != NULL) { /* full segments go to the back */
-        segment_unlink(heap, seg);
-        hz_segment_t *last = heap->segments;
-        while (last->next) last = last->next;
-        last->next = seg;
-        seg->prev = last;
-    }
     hz_page_t *page = &seg->pages[first];
+    bool zero = units_claim(heap, seg, (unsigned)first, units, page);
     memset(page, 0, sizeof *page);
     page->first_unit = (uint8_t)first;
     page->units = (uint8_t)units;
-    page->zero_span = (seg->dirty_units & m) == 0;
-    size_t resident = (size_t)__builtin_popcountll(seg->dirty_units & m) * HZ_UNIT_SIZE;
-    dirty_sub(heap, resident);
-    heap->reused[0] += (size_t)__builtin_popcountll(seg->used_units & m) * HZ_UNIT_SIZE;
-    seg->dirty_units |= m;
-    seg->used_units |= m;
+    page->zero_span = zero;
     page->start = unit_start(seg, (unsigned)first);
-    hz_page_t **unit_page = hz_unit_pages(seg);
-    for (unsigned u = 0; u < units; u++) unit_page[first + (int)u] = page;
     return page;
+}
+
+/* Lengthen page's span to `units` units with the free units that follow it in its
+ * segment; false if they are not free, the span's start is not a multiple of
+ * `align_units`, or the kernel will not commit them.  The page's blocks are the
+ * caller's to reshape (page.c). */
+bool hz_span_grow(hz_heap_t *heap, hz_page_t *page, unsigned units, unsigned align_units) {
+    hz_segment_t *seg = hz_segment_of(page);
+    unsigned first = page->first_unit, end = page->first_unit + page->units;
+    if (units <= page->units || first + units > HZ_UNITS || first % align_units != 0)
+        return false;
+    uint64_t m = units_mask(end, first + units - end);
+    if ((seg->free_units & m) != m || !segment_commit(seg, first + units)) return false;
+    (void)units_claim(heap, seg, end, first + units - end, page);
+    page->units = (uint8_t)units;
+    return true;
 }
 
 void hz_span_free(hz_heap_t *heap, hz_page_t *page) {

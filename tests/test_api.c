@@ -541,6 +541,41 @@ static void test_realloc(void)
     free(sz);
 }
 
+/* A block above 256 KiB, alone on its page, grown 64 KiB at a time to 2 MiB: where
+ * the space after it is free, hakozuna grows it in place instead of copying it.  A
+ * block that moved at every other step (9 moves in 27 steps) now moves where the
+ * space after it is taken, or its new size class needs an alignment its start does
+ * not have.  Contents are checked at every step, whoever the allocator is. */
+#define GROW_FROM ((size_t)300 << 10)
+#define GROW_STEP ((size_t)64 << 10)
+#define GROW_MOVES_MAX 5
+
+static void test_realloc_grow(void)
+{
+    size_t cur = GROW_FROM;
+    unsigned char *p = (unsigned char *)malloc(cur);
+    CHECK(p != NULL, "malloc(%zu) failed", cur);
+    fill_pat(p, 0, cur, 9);
+    int moves = 0, steps = 0;
+    for (size_t next = cur + GROW_STEP; next <= ((size_t)2 << 20); next += GROW_STEP, steps++) {
+        unsigned char *q = (unsigned char *)realloc(p, next);
+        CHECK(q != NULL, "realloc %zu -> %zu failed", cur, next);
+        size_t bad = check_pat(q, 0, cur, 9);
+        CHECK(bad == SIZE_MAX, "realloc %zu -> %zu lost byte %zu", cur, next, bad);
+        CHECK(malloc_usable_size(q) >= next, "realloc to %zu: usable size %zu", next,
+              malloc_usable_size(q));
+        fill_pat(q, cur, next, 9);
+        moves += q != p;
+        p = q;
+        cur = next;
+    }
+    printf("realloc from %zu KiB to 2 MiB in %d steps: %d moves\n", GROW_FROM >> 10, steps, moves);
+    if (hz_loaded && !hz_test_quarantine_variant())
+        CHECK(moves <= GROW_MOVES_MAX, "a growing block moved %d times in %d steps (bound %d)",
+              moves, steps, GROW_MOVES_MAX);
+    free(p);
+}
+
 /* Alignments of a segment and more with sizes 0 and 1: each block is its own, fully
  * writable and freeable.  (Size 0 at 4 MiB alignment once pointed one past the end
  * of its mapping, into the header of whatever segment came next.) */
@@ -1105,6 +1140,7 @@ int main(void)
     test_aligned();
     test_aligned_big();
     test_realloc();
+    test_realloc_grow();
     test_errno_kept();
     test_calloc_dirty();
     test_quarantine_bytes();
