@@ -437,13 +437,14 @@ HZ_INLINE void *realloc_stays(const hz_page_t *page, void *p) {
 }
 
 /* move_block for p, a block of the caller's heap on page, checked to start one:
- * free has nothing left to look up.  A block alone on its page (above 256 KiB) that
- * grows grows in place if the units after its span are free. */
+ * free has nothing left to look up.  A block alone on its page (above 256 KiB)
+ * changes size in place instead, if it stays above 256 KiB and, to grow, the units
+ * after its span are free. */
 static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *p,
                                         size_t size) {
-    if (page->reserved == 1 && size > page->block_size && size <= HZ_MEDIUM_MAX) {
+    if (page->reserved == 1 && size <= HZ_MEDIUM_MAX) {
         (void)realloc_stays(page, p); /* in use (not freed and then reallocated) */
-        if (hz_page_grow(heap, page, hz_size_class(size))) return p;
+        if (hz_page_resize(heap, page, hz_size_class(size))) return p;
     }
     void *q = hz_alloc_fast(size);
     if (q == NULL) return NULL;

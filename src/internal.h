@@ -278,7 +278,7 @@ static inline size_t hz_alignment_rounded(size_t a) {
 hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned cls, unsigned units, unsigned align_units,
                          bool grow) HZ_HIDDEN;
 void hz_span_free(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
-bool hz_span_grow(hz_heap_t *heap, hz_page_t *page, unsigned units, unsigned align_units) HZ_HIDDEN;
+bool hz_span_resize(hz_heap_t *heap, hz_page_t *page, unsigned units, unsigned align_units) HZ_HIDDEN;
 void hz_heap_purge(hz_heap_t *heap, bool force) HZ_HIDDEN;
 void hz_heap_release_segments(hz_heap_t *heap, bool keep_one) HZ_HIDDEN;
 bool hz_segment_cache_trim(void) HZ_HIDDEN;
@@ -287,7 +287,7 @@ bool hz_segment_cache_trim(void) HZ_HIDDEN;
 /* A page of class cls with a free block, made current (NULL: no memory).  The caller
  * (alloc.c) collects the heap's remote frees first. */
 hz_page_t *hz_page_ready(hz_heap_t *heap, unsigned cls) HZ_HIDDEN;
-bool hz_page_grow(hz_heap_t *heap, hz_page_t *page, unsigned cls) HZ_HIDDEN;
+bool hz_page_resize(hz_heap_t *heap, hz_page_t *page, unsigned cls) HZ_HIDDEN;
 typedef void (*hz_page_event_fn)(hz_heap_t *heap, hz_page_t *page);
 void hz_page_free_event(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 void hz_heap_retire_empty(hz_heap_t *heap) HZ_HIDDEN;

@@ -153,10 +153,11 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
 }
 
 /* realloc of p, the one block of its page and in use, to a block of class cls (also
- * of one block per page): the page's span grows in place into the free units after
- * it, and p becomes a block of cls where it is, nothing copied.  False when those
- * units are not free or cls's alignment does not hold where the span starts. */
-bool hz_page_grow(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
+ * of one block per page): the page's span grows into the free units after it, or
+ * gives back its tail, and p becomes a block of cls where it is, nothing copied.
+ * False when those units are not free or cls's alignment does not hold where the
+ * span starts. */
+bool hz_page_resize(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
 #if HZ_HARDENED
     (void)heap, (void)page, (void)cls;
     return false; /* the span may end at its segment's guard page */
@@ -165,8 +166,8 @@ bool hz_page_grow(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
     if ((size_t)hz_class_units[cls] * HZ_UNIT_SIZE >= 2 * (size_t)hz_class_size[cls])
         return false; /* cls has pages of several blocks */
     heap->busy++; /* queues change: a fork from a signal handler must not trust them */
-    bool grown = hz_span_grow(heap, page, hz_class_units[cls], hz_class_align_units[cls]);
-    if (grown) {
+    bool resized = hz_span_resize(heap, page, hz_class_units[cls], hz_class_align_units[cls]);
+    if (resized) {
         if (page->in_queue) { /* its block is out: it is full, as if a refill had seen it */
             bool was_current = heap->current[old] == page;
             queue_remove(&heap->queues[old], page);
@@ -182,7 +183,7 @@ bool hz_page_grow(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
         hz_stat_inc(heap->stats.mallocs[cls]);
     }
     heap->busy--;
-    return grown;
+    return resized;
 #endif
 }
 

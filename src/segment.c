@@ -497,6 +497,26 @@ static bool units_claim(hz_heap_t *heap, hz_segment_t *seg, unsigned first, unsi
     return zero;
 }
 
+/* Units [first, first + units) of seg back to free, resident until purged: the
+ * reverse of units_claim. */
+static void units_release(hz_heap_t *heap, hz_segment_t *seg, unsigned first, unsigned units) {
+    uint64_t m = units_mask(first, units);
+    bool was_full = seg->free_units == 0;
+    hz_page_t **unit_page = hz_unit_pages(seg);
+    for (unsigned u = 0; u < units; u++) unit_page[first + u] = &hz_empty_page;
+    if (heap->purge_at_ms == 0) heap->purge_at_ms = hz_os_now_ms() + HZ_PURGE_DELAY_MS;
+    seg->free_units |= m;
+    update_max_run(seg);
+    heap->used_bytes -= (size_t)units * HZ_UNIT_SIZE;
+    dirty_add(heap, (size_t)units * HZ_UNIT_SIZE);
+    if (was_full && heap->segments != seg) { /* it has room again: to the front */
+        segment_unlink(heap, seg);
+        seg->next = heap->segments;
+        heap->segments->prev = seg;
+        heap->segments = seg;
+    }
+}
+
 /* A page of class cls, `units` units long, starting at a multiple of `align_units`
  * (so that blocks of the class are aligned to it): a span the class gave back, else
  * one from the heap's segments or a new one. */
@@ -523,15 +543,21 @@ hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned cls, unsigned units, unsigned
     return page;
 }
 
-/* Lengthen page's span to `units` units with the free units that follow it in its
- * segment; false if they are not free, the span's start is not a multiple of
- * `align_units`, or the kernel will not commit them.  The page's blocks are the
- * caller's to reshape (page.c). */
-bool hz_span_grow(hz_heap_t *heap, hz_page_t *page, unsigned units, unsigned align_units) {
+/* Make page's span `units` units long where it starts: longer with the free units
+ * that follow it in its segment, or shorter, its tail freed.  False if the start is
+ * not a multiple of `align_units`, or the units are not free or the kernel will not
+ * commit them.  The page's blocks are the caller's to reshape (page.c). */
+bool hz_span_resize(hz_heap_t *heap, hz_page_t *page, unsigned units, unsigned align_units) {
     hz_segment_t *seg = hz_segment_of(page);
     unsigned first = page->first_unit, end = page->first_unit + page->units;
-    if (units <= page->units || first + units > HZ_UNITS || first % align_units != 0)
-        return false;
+    if (units == 0 || first + units > HZ_UNITS || first % align_units != 0) return false;
+    if (first + units == end) return true;
+    if (first + units < end) {
+        units_release(heap, seg, first + units, end - (first + units));
+        page->units = (uint8_t)units;
+        hz_heap_purge(heap, false);
+        return true;
+    }
     uint64_t m = units_mask(end, first + units - end);
     if ((seg->free_units & m) != m || !segment_commit(seg, first + units)) return false;
     (void)units_claim(heap, seg, end, first + units - end, page);
@@ -540,24 +566,8 @@ bool hz_span_grow(hz_heap_t *heap, hz_page_t *page, unsigned units, unsigned ali
 }
 
 void hz_span_free(hz_heap_t *heap, hz_page_t *page) {
-    hz_segment_t *seg = hz_segment_of(page);
-    unsigned first = page->first_unit, units = page->units;
-    uint64_t m = units_mask(first, units);
-    bool was_full = seg->free_units == 0;
-    hz_page_t **unit_page = hz_unit_pages(seg);
-    for (unsigned u = 0; u < units; u++) unit_page[first + u] = &hz_empty_page;
-    if (heap->purge_at_ms == 0) heap->purge_at_ms = hz_os_now_ms() + HZ_PURGE_DELAY_MS;
-    seg->free_units |= m;
-    update_max_run(seg);
-    heap->used_bytes -= (size_t)units * HZ_UNIT_SIZE;
-    dirty_add(heap, (size_t)units * HZ_UNIT_SIZE);
+    units_release(heap, hz_segment_of(page), page->first_unit, page->units);
     retired_push(heap, page);
-    if (was_full && heap->segments != seg) { /* it has room again: to the front */
-        segment_unlink(heap, seg);
-        seg->next = heap->segments;
-        heap->segments->prev = seg;
-        heap->segments = seg;
-    }
     hz_heap_purge(heap, false);
 }
 

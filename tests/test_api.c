@@ -545,7 +545,8 @@ static void test_realloc(void)
  * the space after it is free, hakozuna grows it in place instead of copying it.  A
  * block that moved at every other step (9 moves in 27 steps) now moves where the
  * space after it is taken, or its new size class needs an alignment its start does
- * not have.  Contents are checked at every step, whoever the allocator is. */
+ * not have.  Then it shrinks to 900 and 400 KiB, in place.  Contents are checked at
+ * every step, whoever the allocator is. */
 #define GROW_FROM ((size_t)300 << 10)
 #define GROW_STEP ((size_t)64 << 10)
 #define GROW_MOVES_MAX 5
@@ -573,6 +574,23 @@ static void test_realloc_grow(void)
     if (hz_loaded && !hz_test_quarantine_variant())
         CHECK(moves <= GROW_MOVES_MAX, "a growing block moved %d times in %d steps (bound %d)",
               moves, steps, GROW_MOVES_MAX);
+    /* Shrunk below half, and still above 256 KiB: it gives back its span's tail. */
+    const size_t shrink[] = {(size_t)900 << 10, (size_t)400 << 10};
+    int shrink_moves = 0;
+    for (size_t i = 0; i < sizeof shrink / sizeof shrink[0]; i++) {
+        unsigned char *q = (unsigned char *)realloc(p, shrink[i]);
+        CHECK(q != NULL, "realloc %zu -> %zu failed", cur, shrink[i]);
+        size_t bad = check_pat(q, 0, shrink[i], 9);
+        CHECK(bad == SIZE_MAX, "realloc %zu -> %zu lost byte %zu", cur, shrink[i], bad);
+        CHECK(malloc_usable_size(q) >= shrink[i] && malloc_usable_size(q) < cur,
+              "realloc %zu -> %zu: usable size %zu", cur, shrink[i], malloc_usable_size(q));
+        shrink_moves += q != p;
+        p = q;
+        cur = shrink[i];
+    }
+    if (hz_loaded && !hz_test_quarantine_variant())
+        CHECK(shrink_moves == 0, "a block shrunk from 2 MiB to 900 and 400 KiB moved %d times",
+              shrink_moves);
     free(p);
 }
 
