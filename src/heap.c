@@ -187,7 +187,7 @@ static void forget_classes(hz_heap_t *heap) {
 hz_heap_t *hz_heap_acquire(void) {
     long tid = hz_os_tid();
     hz_heap_t *heap = take_ownerless(tid);
-    uint64_t now = hz_os_now_ms();
+    uint64_t now = heap == NULL ? hz_os_now_ms() : 0; /* read before the lock */
     if (heap == NULL && hz_lock_acquire(&heaps_lock)) {
         if (abandoned != NULL) {
             demand_roll(now);
@@ -301,10 +301,12 @@ static uint64_t tidy_exit_heap(enum hz_tidy how) {
  * at a time. */
 void hz_upkeep_run(void) {
     uint64_t due = atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed);
-    if (due == 0 || hz_os_now_ms() < due || !hz_lock_try(&upkeep_lock)) return;
+    if (due == 0) return;
+    uint64_t now = hz_os_now_ms();
+    if (now < due || !hz_lock_try(&upkeep_lock)) return;
     atomic_store_explicit(&hz_upkeep_due, 0, memory_order_relaxed);
     uint64_t next = earliest(tidy_abandoned(HZ_TIDY_TIMED), tidy_exit_heap(HZ_TIDY_TIMED));
-    next = earliest(next, hz_large_cache_age(hz_os_now_ms()));
+    next = earliest(next, hz_large_cache_age(now));
     hz_lock_release(&upkeep_lock);
     hz_upkeep_at(next);
 }
