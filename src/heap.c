@@ -108,10 +108,10 @@ static void list_push(hz_heap_t *heap) {
 
 /* Start a new window of adoptions once the current one is HZ_PURGE_DELAY_MS old. */
 static void demand_roll(uint64_t now) {
-    if (now < demand_window_ms + hz_purge_delay_ms) return;
-    demand[1] = now - demand_window_ms < 2 * hz_purge_delay_ms ? demand[0] : 0;
+    enum hz_window w = hz_window_roll(&demand_window_ms, now);
+    if (w == HZ_WINDOW_SAME) return;
+    demand[1] = w == HZ_WINDOW_NEXT ? demand[0] : 0;
     demand[0] = 0;
-    demand_window_ms = now;
 }
 
 static size_t abandoned_allowance(uint64_t now) {

@@ -273,6 +273,17 @@ static inline size_t hz_alignment_rounded(size_t a) {
 }
 
 /* ------------------------------------------------------- segments & spans */
+/* The purge policy counts the memory a heap, and the threads adopting heaps, took
+ * again in windows of HZ_PURGE_DELAY_MS.  Whether `now` is still in the window that
+ * started at *start, in the next one, or later, the window between them gone by
+ * empty; the last two start a window at now. */
+enum hz_window { HZ_WINDOW_SAME, HZ_WINDOW_NEXT, HZ_WINDOW_GAP };
+HZ_INLINE enum hz_window hz_window_roll(uint64_t *start, uint64_t now) {
+    if (now < *start + hz_purge_delay_ms) return HZ_WINDOW_SAME;
+    enum hz_window w = now - *start >= 2 * hz_purge_delay_ms ? HZ_WINDOW_GAP : HZ_WINDOW_NEXT;
+    *start = now;
+    return w;
+}
 /* A page of class cls, `units` units long: a span the class gave back, one from the
  * heap's segments, or (grow) one from a new segment. */
 hz_page_t *hz_span_alloc(hz_heap_t *heap, unsigned cls, unsigned units, unsigned align_units,

@@ -223,13 +223,13 @@ static void dirty_sub(hz_heap_t *heap, size_t n) {
 /* Start a new window of what the heap needs (hz_heap_purge) once the current one is
  * HZ_PURGE_DELAY_MS old; after a longer gap, the previous one counts as empty. */
 static void need_roll(hz_heap_t *heap, uint64_t now) {
-    if (now < heap->window_ms + hz_purge_delay_ms) return;
-    bool gap = now - heap->window_ms >= 2 * hz_purge_delay_ms; /* a whole window went by */
+    enum hz_window w = hz_window_roll(&heap->window_ms, now);
+    if (w == HZ_WINDOW_SAME) return;
+    bool gap = w == HZ_WINDOW_GAP;
     heap->used_peak[1] = gap ? heap->used_bytes : heap->used_peak[0];
     heap->reused[1] = gap ? 0 : heap->reused[0];
     heap->used_peak[0] = heap->used_bytes;
     heap->reused[0] = 0;
-    heap->window_ms = now;
 }
 
 /* The freed bytes the heap shows a need for: what it took again in the last two
