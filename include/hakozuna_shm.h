@@ -180,7 +180,9 @@ struct hz_shm_live {
     uint64_t peak_mapped;        /* highest bytes_mapped so far */
     uint64_t peak_committed;     /* highest bytes_committed so far */
     uint64_t heaps_unlisted;     /* heaps that got no thread slot (all were taken) */
-    uint64_t reserved[6];
+    uint64_t cached_dirty;       /* part of bytes_dirty: empty segments kept resident
+                                    between heaps (0 in libraries before it) */
+    uint64_t reserved[5];
     uint64_t heapless_frees[HZ_SHM_THREAD_CLASSES]; /* frees by threads without a heap */
 };
 

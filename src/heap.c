@@ -240,6 +240,7 @@ static void keep_within_budget(hz_heap_t *heap) {
 /* Give up a heap at thread exit: it goes, tidied, to the abandoned list. */
 void hz_heap_abandon(hz_heap_t *heap) {
     hz_heap_tidy(heap, HZ_TIDY_TIMED);
+    hz_heap_share_segments(heap);
     keep_within_budget(heap);
     heap_reset(heap);
     uint64_t purge_at = heap->purge_at_ms; /* once listed, the heap is upkeep's */
@@ -307,6 +308,7 @@ void hz_upkeep_run(void) {
     atomic_store_explicit(&hz_upkeep_due, 0, memory_order_relaxed);
     uint64_t next = earliest(tidy_abandoned(HZ_TIDY_TIMED), tidy_exit_heap(HZ_TIDY_TIMED));
     next = earliest(next, hz_large_cache_age(now));
+    next = earliest(next, hz_segment_cache_age(now));
     hz_lock_release(&upkeep_lock);
     hz_upkeep_at(next);
 }

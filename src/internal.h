@@ -292,7 +292,10 @@ void hz_span_free(hz_heap_t *heap, hz_page_t *page) HZ_HIDDEN;
 bool hz_span_resize(hz_heap_t *heap, hz_page_t *page, unsigned units, unsigned align_units) HZ_HIDDEN;
 void hz_heap_purge(hz_heap_t *heap, bool force) HZ_HIDDEN;
 void hz_heap_release_segments(hz_heap_t *heap, bool keep_one) HZ_HIDDEN;
+void hz_heap_share_segments(hz_heap_t *heap) HZ_HIDDEN;
 bool hz_segment_cache_trim(void) HZ_HIDDEN;
+uint64_t hz_segment_cache_age(uint64_t now) HZ_HIDDEN;
+void hz_segment_cache_fork_child(void) HZ_HIDDEN;
 
 /* ------------------------------------------------------------------ pages */
 /* A page of class cls with a free block, made current (NULL: no memory).  The caller
@@ -353,6 +356,7 @@ void *hz_large_realloc(hz_large_t *h, size_t size) HZ_HIDDEN;
 bool hz_large_cache_trim(void) HZ_HIDDEN;
 /* Purge the large cache's mappings idle for a purge delay; when the next one is due. */
 uint64_t hz_large_cache_age(uint64_t now) HZ_HIDDEN;
+void hz_large_cache_fork_child(void) HZ_HIDDEN;
 
 /* ------------------------------------------------------- a heap's life (heap.c) */
 hz_heap_t *hz_heap_acquire(void) HZ_HIDDEN;

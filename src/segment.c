@@ -117,12 +117,35 @@ void hz_segmap_set_owner(const void *seg, const hz_heap_t *owner) {
 }
 
 /* --------------------------------------------------------------- segments */
+/* Empty segments wait in the cache for any heap: purged and decommitted (given back
+ * by a heap's purge), or resident (given up by the heap of an exiting thread, whose
+ * next thread may need less: a heap that needs a segment now takes it with its
+ * pages still backed, instead of faulting in fresh ones while the idle heap's are
+ * purged).  Resident ones hold at most HZ_DIRTY_BUDGET in all, and are purged once
+ * HZ_PURGE_DELAY_MS old (hz_segment_cache_age), staying listed meanwhile, marked, so
+ * that a fork then loses none. */
+#define HZ_CACHE_PURGING UINT64_MAX
 static hz_lock_t cache_lock;
 static hz_segment_t *cache[HZ_SEGMENT_CACHE + 1]; /* + 1: a cache of none still compiles */
 static unsigned cache_count;
+static size_t cache_resident; /* dirty bytes of the cached segments */
+
+/* cache_resident changes, mirrored in the counters that readers see. */
+static void resident_add(size_t n) {
+    cache_resident += n;
+    hz_gstat_add(cached_dirty, n);
+}
+
+static void resident_sub(size_t n) {
+    cache_resident -= n;
+    hz_gstat_sub(cached_dirty, n);
+}
 
 hz_lock_t *hz_segment_cache_lock(void) { return &cache_lock; }
-void hz_segment_cache_forget(void) { cache_count = 0; }
+void hz_segment_cache_forget(void) {
+    cache_count = 0;
+    resident_sub(cache_resident);
+}
 
 static void segment_release(hz_heap_t *heap, hz_segment_t *seg);
 static void retired_drop(hz_heap_t *heap, hz_segment_t *seg, unsigned first, unsigned units);
@@ -310,13 +333,39 @@ static hz_segment_t *segment_map_new(void) {
     return seg;
 }
 
-static hz_segment_t *segment_acquire(hz_heap_t *heap) {
+static size_t segment_dirty_bytes(const hz_segment_t *seg) {
+    return (size_t)__builtin_popcountll(seg->dirty_units) * HZ_UNIT_SIZE;
+}
+
+/* The cached segment a heap takes: the one that came resident last (its pages the
+ * likeliest to be backed still), else a purged one; never one being purged. */
+static hz_segment_t *cache_take(void) {
     hz_segment_t *seg = NULL;
-    if (hz_lock_acquire(&cache_lock)) {
-        if (cache_count > 0) seg = cache[--cache_count];
-        hz_lock_release(&cache_lock);
+    if (!hz_lock_acquire(&cache_lock)) return NULL;
+    unsigned best = cache_count;
+    for (unsigned i = 0; i < cache_count; i++)
+        if (cache[i]->cached_ms != HZ_CACHE_PURGING &&
+            (best == cache_count || cache[i]->cached_ms > cache[best]->cached_ms))
+            best = i;
+    if (best < cache_count) {
+        seg = cache[best];
+        cache[best] = cache[--cache_count];
+        resident_sub(segment_dirty_bytes(seg));
     }
+    hz_lock_release(&cache_lock);
+    return seg;
+}
+
+static hz_segment_t *segment_acquire(hz_heap_t *heap) {
+    hz_segment_t *seg = cache_take();
     if (seg == NULL && (seg = segment_map_new()) == NULL) return NULL;
+    /* Resident units the heap now holds, free: its purge policy's from here on. */
+    size_t resident = segment_dirty_bytes(seg);
+    if (resident != 0) {
+        dirty_add(heap, resident);
+        if (heap->purge_at_ms == 0) heap->purge_at_ms = hz_os_now_ms() + HZ_PURGE_DELAY_MS;
+    }
+    seg->cached_ms = 0;
     seg->heap = heap;
     seg->free_units = ~0ULL;
     seg->used_units = 0;
@@ -346,17 +395,26 @@ static void segment_unlink(hz_heap_t *heap, hz_segment_t *seg) {
     seg->next = seg->prev = NULL;
 }
 
-/* An empty segment goes, purged, to the cache or back to the OS. */
-static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
+/* An empty segment leaves its heap: off its lists, and what it kept resident off the
+ * heap's account. */
+static void segment_detach(hz_heap_t *heap, hz_segment_t *seg) {
     segment_unlink(heap, seg);
     retired_drop(heap, seg, 0, HZ_UNITS);
     hz_segmap_set(seg, HZ_SEG_NONE); /* stale pointers into it now read as foreign */
-    size_t purged = segment_decommit(seg) + segment_purge(seg, ~0ULL);
-    dirty_sub(heap, purged);
+    dirty_sub(heap, segment_dirty_bytes(seg));
     seg->heap = NULL;
+}
+
+/* Purged and decommitted (a unit the kernel would not purge stays dirty), to the
+ * cache or back to the OS. */
+static void cache_put_purged(hz_segment_t *seg) {
+    (void)segment_decommit(seg);
+    (void)segment_purge(seg, ~0ULL);
+    seg->cached_ms = 0;
     if (hz_lock_acquire(&cache_lock)) {
         if (cache_count < hz_segment_cache_slots) {
             cache[cache_count++] = seg;
+            resident_add(segment_dirty_bytes(seg));
             seg = NULL;
         }
         hz_lock_release(&cache_lock);
@@ -364,15 +422,128 @@ static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
     if (seg != NULL) segment_unmap(seg);
 }
 
+/* An empty segment goes, purged, to the cache or back to the OS. */
+static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
+    segment_detach(heap, seg);
+    cache_put_purged(seg);
+}
+
+/* Whether the cache has room for `resident` more bytes of resident segments. */
+static bool cache_room(size_t resident) {
+    return cache_count < hz_segment_cache_slots &&
+           cache_resident + resident <= (size_t)HZ_DIRTY_BUDGET;
+}
+
+/* An empty segment to the cache as it is, if there is room (else purged); upkeep
+ * purges it later. */
+static void cache_put_resident(hz_segment_t *seg, uint64_t now) {
+    size_t resident = segment_dirty_bytes(seg);
+    bool room = false;
+    if (hz_lock_acquire(&cache_lock)) {
+        room = cache_room(resident);
+        if (room) {
+            seg->cached_ms = now;
+            cache[cache_count++] = seg;
+            resident_add(resident);
+        }
+        hz_lock_release(&cache_lock);
+    }
+    if (room) hz_upkeep_at(now + HZ_PURGE_DELAY_MS);
+    else cache_put_purged(seg);
+}
+
+/* A heap whose thread exits keeps its first segment for the next thread and offers
+ * its other empty ones, resident, to any heap, as far as the cache has room; what
+ * does not fit stays with the heap, for its purge. */
+void hz_heap_share_segments(hz_heap_t *heap) {
+    if (heap->segments == NULL) return;
+    uint64_t now = 0;
+    hz_segment_t *s = heap->segments->next, *next;
+    for (; s != NULL; s = next) {
+        next = s->next;
+        if (s->free_units != ~0ULL) continue;
+        size_t resident = segment_dirty_bytes(s);
+        bool room = false;
+        if (resident != 0 && hz_lock_acquire(&cache_lock)) {
+            room = cache_room(resident);
+            hz_lock_release(&cache_lock);
+        }
+        if (!room) continue;
+        if (now == 0) now = hz_os_now_ms();
+        segment_detach(heap, s);
+        cache_put_resident(s, now);
+    }
+}
+
+/* Purge the resident cached segments that came HZ_PURGE_DELAY_MS ago or more.  They
+ * stay listed, marked, while the kernel drops their pages: neither taken nor trimmed
+ * meanwhile.  Returns when the next is due (0: none). */
+uint64_t hz_segment_cache_age(uint64_t now) {
+    hz_segment_t *old[HZ_SEGMENT_CACHE + 1];
+    size_t before[HZ_SEGMENT_CACHE + 1];
+    unsigned n = 0;
+    uint64_t next = 0;
+    if (!hz_lock_acquire(&cache_lock)) return 0;
+    for (unsigned i = 0; i < cache_count; i++) {
+        hz_segment_t *c = cache[i];
+        if (c->cached_ms == 0 || c->cached_ms == HZ_CACHE_PURGING) continue;
+        uint64_t due = c->cached_ms + HZ_PURGE_DELAY_MS;
+        if (now < due) {
+            if (next == 0 || due < next) next = due;
+            continue;
+        }
+        c->cached_ms = HZ_CACHE_PURGING;
+        before[n] = segment_dirty_bytes(c);
+        old[n++] = c;
+    }
+    hz_lock_release(&cache_lock);
+    for (unsigned i = 0; i < n; i++) {
+        (void)segment_decommit(old[i]);
+        (void)segment_purge(old[i], ~0ULL);
+    }
+    if (n == 0 || !hz_lock_acquire(&cache_lock)) return next;
+    for (unsigned i = 0; i < n; i++) {
+        resident_sub(before[i] - segment_dirty_bytes(old[i]));
+        /* A unit the kernel would not purge stays dirty: tried again next time. */
+        old[i]->cached_ms = segment_dirty_bytes(old[i]) != 0 ? now : 0;
+        if (old[i]->cached_ms != 0 && (next == 0 || now + HZ_PURGE_DELAY_MS < next))
+            next = now + HZ_PURGE_DELAY_MS;
+    }
+    hz_lock_release(&cache_lock);
+    return next;
+}
+
+/* Unmap every cached segment but those being purged (their purger still holds them). */
 bool hz_segment_cache_trim(void) {
     hz_segment_t *drop[HZ_SEGMENT_CACHE + 1];
+    unsigned n = 0;
     if (!hz_lock_acquire(&cache_lock)) return false;
-    unsigned n = cache_count;
-    for (unsigned i = 0; i < n; i++) drop[i] = cache[i];
-    cache_count = 0;
+    for (unsigned i = 0; i < cache_count;) {
+        hz_segment_t *c = cache[i];
+        if (c->cached_ms == HZ_CACHE_PURGING) {
+            i++;
+            continue;
+        }
+        resident_sub(segment_dirty_bytes(c));
+        drop[n++] = c;
+        cache[i] = cache[--cache_count];
+    }
     hz_lock_release(&cache_lock);
     for (unsigned i = 0; i < n; i++) segment_unmap(drop[i]);
     return n > 0;
+}
+
+/* In a fork child: a segment the parent was purging is purged by nobody now.  Its
+ * dirty units still cover every page the purge had not dropped yet, so it is taken
+ * for resident, to be purged again. */
+void hz_segment_cache_fork_child(void) {
+    bool due = false;
+    for (unsigned i = 0; i < cache_count; i++) {
+        if (cache[i]->cached_ms != HZ_CACHE_PURGING) continue;
+        cache[i]->cached_ms = 1;
+        due = true;
+    }
+    if (due) hz_upkeep_at(1);
 }
 
 /* Starts of runs of n set bits in f: after the loop, bit i of x is set exactly when

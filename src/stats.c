@@ -87,7 +87,7 @@ void hz_stats_snapshot(hz_stats_snapshot_t *snap) {
     s.heaps_adopted = hz_gstat_load(heaps_adopted);
     s.threads_live = hz_gstat_load(threads_live);
     s.segments_mapped = hz_gstat_load(segments_mapped);
-    s.bytes_dirty = m.bytes_dirty;
+    s.bytes_dirty = m.bytes_dirty + hz_gstat_load(cached_dirty);
     m.totals = s;
     *snap = m;
 }

@@ -7,6 +7,11 @@
  * (no purge at exit); with the allowance still counted as full, it purges at exit.
  * The process-wide gauge of freed, unpurged page memory (hz_stats.bytes_dirty, which
  * hzstat shows) follows: most of a kept 12 MiB, then 0 after malloc_trim.
+ *
+ * Then one more thread frees 12 MiB, spread over several segments, and exits: its
+ * heap keeps one segment and offers the others, still resident, to any heap.  The
+ * main thread, whose own heap has no room, then allocates 8 MiB: it must take those
+ * segments and map no new one.
  */
 #include "hz_test.h"
 
@@ -21,19 +26,39 @@
 
 static pthread_barrier_t all_freed, go_exit;
 
-static void free_12mib(void)
+/* bytes in blocks of BLOCK, written; *n of them. */
+static void **take(size_t bytes, size_t *n)
 {
-    size_t n = PER_THREAD / BLOCK;
-    void **v = (void **)malloc(n * sizeof *v);
+    *n = bytes / BLOCK;
+    void **v = (void **)malloc(*n * sizeof *v);
     CHECK(v != NULL, "malloc failed");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < *n; i++) {
         v[i] = malloc(BLOCK);
         CHECK(v[i] != NULL, "malloc failed");
         memset(v[i], 3, BLOCK);
     }
+    return v;
+}
+
+static void give_back(void **v, size_t n)
+{
     for (size_t i = 0; i < n; i++)
         free(v[i]);
     free(v);
+}
+
+static void free_12mib(void)
+{
+    size_t n;
+    void **v = take(PER_THREAD, &n);
+    give_back(v, n);
+}
+
+static void *exiter(void *arg)
+{
+    (void)arg;
+    free_12mib();
+    return NULL;
 }
 
 static void *filler(void *arg)
@@ -97,5 +122,21 @@ int main(void)
     printf("purged at the last thread's exit: %llu KiB\n", (unsigned long long)(purged >> 10));
     CHECK(purged < (4u << 20), "the exiting thread purged %llu KiB: the abandoned heaps' "
           "allowance was not restored by the purge", (unsigned long long)(purged >> 10));
+
+    malloc_trim(0);
+    CHECK(pthread_create(&l, NULL, exiter, NULL) == 0, "pthread_create failed");
+    pthread_join(l, NULL);
+    struct hz_stats exited, reused;
+    CHECK(hz_test_stats(&exited), "hz_stats_get failed");
+    size_t n;
+    void **v = take((size_t)8 << 20, &n);
+    CHECK(hz_test_stats(&reused), "hz_stats_get failed");
+    give_back(v, n);
+    printf("segments mapped: %llu after the thread's exit, %llu after 8 MiB more in the "
+           "main thread\n", (unsigned long long)exited.segments_mapped,
+           (unsigned long long)reused.segments_mapped);
+    CHECK(hz_test_checked_variant() || reused.segments_mapped <= exited.segments_mapped,
+          "the main thread mapped %llu new segments while an exited thread's empty ones "
+          "sat idle", (unsigned long long)(reused.segments_mapped - exited.segments_mapped));
     return 0;
 }

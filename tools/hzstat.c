@@ -711,7 +711,7 @@ static bool seg_live(struct seg *g) {
     c->mallocs = mallocs + LD(l->large_allocs);
     c->frees = frees + LD(l->large_frees);
     c->bytes_in_use = in_use + LD(l->large_bytes);
-    c->bytes_dirty = dirty;
+    c->bytes_dirty = dirty + LD(l->cached_dirty);
     c->remote_frees_sent = sent;
     c->remote_frees_recv = recv;
     c->remote_batches = batches;
