@@ -206,6 +206,7 @@ static void fork_child(void) {
     hz_shm_fork_child(); /* first: counters still write into the parent's segment */
     hz_prof_fork_child();
     hz_segment_cache_fork_child();
+    hz_large_cache_fork_child();
     hz_heaps_fork_child();
 }
 

@@ -3,7 +3,9 @@
  *
  * A cached mapping stays resident for HZ_PURGE_DELAY_MS to one more, the time-based
  * policy of freed pages (segment.c); then upkeep purges it and it stays cached,
- * mapped but not resident, until it is reused or evicted. */
+ * mapped but not resident, until it is reused or evicted.  While the kernel drops its
+ * pages it stays listed, marked, so that nothing takes, evicts or trims it meanwhile
+ * and a fork then loses none. */
 
 #include "internal.h"
 
@@ -12,8 +14,9 @@
 typedef struct {
     char *base;
     size_t map_size;
-    uint64_t freed_ms; /* when it was cached; 0 once purged */
+    uint64_t freed_ms; /* when it was cached; 0 once purged, PURGING meanwhile */
 } cached_t;
+#define PURGING UINT64_MAX
 static hz_lock_t large_lock;
 static cached_t cache[LARGE_CACHE_SLOTS];
 static unsigned cache_count;
@@ -47,7 +50,7 @@ static char *cache_take(size_t need, size_t *map_size, bool *purged) {
     unsigned best = LARGE_CACHE_SLOTS;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t s = cache[i].map_size;
-        if (s >= need && s - need <= need / 2 &&
+        if (cache[i].freed_ms != PURGING && s >= need && s - need <= need / 2 &&
             (best == LARGE_CACHE_SLOTS || s < cache[best].map_size))
             best = i;
     }
@@ -62,76 +65,103 @@ static char *cache_take(size_t need, size_t *map_size, bool *purged) {
     return base;
 }
 
-/* Keep a freed mapping for reuse, evicting the oldest entries to stay in budget. */
+/* Off the cache, entry i (the order of the others kept: oldest first). */
+static cached_t cache_remove(unsigned i) {
+    cached_t c = cache[i];
+    cache_bytes -= c.map_size;
+    memmove(&cache[i], &cache[i + 1], (--cache_count - i) * sizeof cache[0]);
+    return c;
+}
+
+/* The oldest entry not being purged, or cache_count. */
+static unsigned cache_oldest(void) {
+    unsigned i = 0;
+    while (i < cache_count && cache[i].freed_ms == PURGING) i++;
+    return i;
+}
+
+/* Keep a freed mapping for reuse, evicting the oldest entries to stay in budget
+ * (false: no room, those being purged taking it). */
 static bool cache_put(char *base, size_t map_size) {
     if (map_size > HZ_LARGE_CACHE_BYTES) return false;
     cached_t evict[LARGE_CACHE_SLOTS];
-    unsigned n_evict = 0;
+    unsigned n_evict = 0, i;
     if (!hz_lock_acquire(&large_lock)) return false;
-    while (cache_count > 0 &&
-           (cache_count == LARGE_CACHE_SLOTS || cache_bytes + map_size > HZ_LARGE_CACHE_BYTES)) {
-        evict[n_evict++] = cache[0];
-        cache_bytes -= cache[0].map_size;
-        memmove(&cache[0], &cache[1], --cache_count * sizeof cache[0]);
-    }
+    while ((cache_count == LARGE_CACHE_SLOTS || cache_bytes + map_size > HZ_LARGE_CACHE_BYTES) &&
+           (i = cache_oldest()) < cache_count)
+        evict[n_evict++] = cache_remove(i);
+    bool room = cache_count < LARGE_CACHE_SLOTS && cache_bytes + map_size <= HZ_LARGE_CACHE_BYTES;
     uint64_t now = hz_os_now_ms();
-    cache[cache_count++] = (cached_t){base, map_size, now};
-    cache_bytes += map_size;
+    if (room) {
+        cache[cache_count++] = (cached_t){base, map_size, now};
+        cache_bytes += map_size;
+    }
     hz_lock_release(&large_lock);
-    for (unsigned i = 0; i < n_evict; i++) large_unmap(evict[i].base, evict[i].map_size);
-    hz_upkeep_at(now + HZ_PURGE_DELAY_MS);
-    return true;
+    for (unsigned k = 0; k < n_evict; k++) large_unmap(evict[k].base, evict[k].map_size);
+    if (room) hz_upkeep_at(now + HZ_PURGE_DELAY_MS);
+    return room;
 }
 
-/* Purge the cached mappings freed HZ_PURGE_DELAY_MS ago or more.  They leave the
- * cache while the kernel drops their pages (a malloc must not take one meanwhile)
- * and come back marked purged.  Returns when the next is due (0: none). */
+/* Purge the cached mappings freed HZ_PURGE_DELAY_MS ago or more, marked meanwhile.
+ * Returns when the next is due (0: none). */
 uint64_t hz_large_cache_age(uint64_t now) {
     cached_t old[LARGE_CACHE_SLOTS];
     unsigned n = 0;
     uint64_t next = 0;
     if (!hz_lock_acquire(&large_lock)) return 0;
-    for (unsigned i = 0; i < cache_count;) {
+    for (unsigned i = 0; i < cache_count; i++) {
         cached_t *c = &cache[i];
-        if (c->freed_ms != 0 && now >= c->freed_ms + HZ_PURGE_DELAY_MS) {
+        if (c->freed_ms == 0 || c->freed_ms == PURGING) continue;
+        uint64_t due = c->freed_ms + HZ_PURGE_DELAY_MS;
+        if (now >= due) {
             old[n++] = *c;
-            cache_bytes -= c->map_size;
-            *c = cache[--cache_count];
-            continue;
+            c->freed_ms = PURGING;
+        } else if (next == 0 || due < next) {
+            next = due;
         }
-        if (c->freed_ms != 0 && (next == 0 || c->freed_ms + HZ_PURGE_DELAY_MS < next))
-            next = c->freed_ms + HZ_PURGE_DELAY_MS;
-        i++;
     }
     hz_lock_release(&large_lock);
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned i = 0; i < n; i++)
         /* Failed, it is not zero: the next upkeep tries again. */
         old[i].freed_ms = hz_os_purge(old[i].base, old[i].map_size) == old[i].map_size ? 0 : now;
-        bool kept = false;
-        if (hz_lock_acquire(&large_lock)) {
-            kept = cache_count < LARGE_CACHE_SLOTS &&
-                   cache_bytes + old[i].map_size <= HZ_LARGE_CACHE_BYTES;
-            if (kept) {
-                cache[cache_count++] = old[i];
-                cache_bytes += old[i].map_size;
-            }
-            hz_lock_release(&large_lock);
+    if (n == 0 || !hz_lock_acquire(&large_lock)) return next;
+    for (unsigned i = 0; i < n; i++) {
+        for (unsigned k = 0; k < cache_count; k++) {
+            if (cache[k].base != old[i].base) continue;
+            cache[k].freed_ms = old[i].freed_ms;
+            break;
         }
-        if (!kept) large_unmap(old[i].base, old[i].map_size);
+        if (old[i].freed_ms != 0 && (next == 0 || now + HZ_PURGE_DELAY_MS < next))
+            next = now + HZ_PURGE_DELAY_MS;
     }
+    hz_lock_release(&large_lock);
     return next;
 }
 
+/* Unmap every cached mapping but those being purged (their purger still holds them). */
 bool hz_large_cache_trim(void) {
     cached_t drop[LARGE_CACHE_SLOTS];
+    unsigned n = 0;
     if (!hz_lock_acquire(&large_lock)) return false;
-    unsigned n = cache_count;
-    memcpy(drop, cache, n * sizeof drop[0]);
-    cache_count = 0;
-    cache_bytes = 0;
+    for (unsigned i = 0; i < cache_count;) {
+        if (cache[i].freed_ms == PURGING) i++;
+        else drop[n++] = cache_remove(i);
+    }
     hz_lock_release(&large_lock);
     for (unsigned i = 0; i < n; i++) large_unmap(drop[i].base, drop[i].map_size);
     return n > 0;
+}
+
+/* In a fork child: a mapping the parent was purging is purged by nobody now; taken
+ * for resident, it is purged again. */
+void hz_large_cache_fork_child(void) {
+    bool due = false;
+    for (unsigned i = 0; i < cache_count; i++) {
+        if (cache[i].freed_ms != PURGING) continue;
+        cache[i].freed_ms = 1;
+        due = true;
+    }
+    if (due) hz_upkeep_at(1);
 }
 
 void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
