@@ -515,7 +515,7 @@ uint64_t hz_segment_cache_age(uint64_t now) {
 
 /* Unmap every cached segment but those being purged (their purger still holds them). */
 bool hz_segment_cache_trim(void) {
-    hz_segment_t *drop[HZ_SEGMENT_CACHE + 1];
+    hz_segment_t *drop[HZ_SEGMENT_CACHE + 1] = {0}; /* {0}: GCC warns with a cache of none */
     unsigned n = 0;
     if (!hz_lock_acquire(&cache_lock)) return false;
     for (unsigned i = 0; i < cache_count;) {
