@@ -177,17 +177,19 @@ HZ_COLD __attribute__((noreturn)) void hz_report_double_free(const void *p, size
 HZ_COLD __attribute__((noreturn)) void hz_report_corrupt(const void *p, size_t bs) HZ_HIDDEN;
 /* Whether p's first word reads as a link of some list, followed (guard.c). */
 bool hz_block_linked(const void *p) HZ_HIDDEN;
-/* True when p's first word reads as a link of some list: p is already free.  Inline:
- * the senders of remote frees ask it where they read the page (remote.c).  A block
- * on a page's list links within its segment, one in a batch to HZ_TRANSIT, one on
- * another list is marked (hz_far_mark): a block in use is none of these, and leaves
- * after three compares. */
-HZ_INLINE bool hz_block_on_list(const void *p) {
+/* True when p's first words show that it is on no list.  A block on a page's list
+ * links within its segment, one in a batch to HZ_TRANSIT, one on another list is
+ * marked (hz_far_mark): a block in use is none of these, and passes three compares.
+ * False is only a suspicion, which hz_block_linked settles. */
+HZ_INLINE bool hz_block_plainly_in_use(const void *p) {
     uintptr_t rel = hz_link_rel(p);
-    if (hz_likely(rel > HZ_SEGMENT_MASK) && hz_likely(!hz_far_marked(p)) &&
-        hz_likely((rel ^ (uintptr_t)p) != (uintptr_t)HZ_TRANSIT))
-        return false;
-    return hz_block_linked(p);
+    return hz_likely(rel > HZ_SEGMENT_MASK) && hz_likely(!hz_far_marked(p)) &&
+           hz_likely((rel ^ (uintptr_t)p) != (uintptr_t)HZ_TRANSIT);
+}
+/* True when p's first word reads as a link of some list: p is already free.  Inline:
+ * the senders of remote frees ask it where they read the page (remote.c). */
+HZ_INLINE bool hz_block_on_list(const void *p) {
+    return !hz_block_plainly_in_use(p) && hz_block_linked(p);
 }
 /* A page about to be retired: every carved block must read as free, else reported. */
 void hz_page_verify_empty(const hz_page_t *page) HZ_HIDDEN;
