@@ -24,7 +24,8 @@ _Atomic uint64_t hz_upkeep_due;
 
 /* Abandoned heaps keep freed memory resident for the threads that will adopt them:
  * short-lived threads then cost no madvise and page-fault round trip.  They keep up
- * to ABANDONED_DIRTY_MAX in all, plus what starting threads took over with the heaps
+ * to ABANDONED_DIRTY_MAX in all, with the empty segments their threads left resident
+ * in the segment cache, plus what starting threads took over with the heaps
  * they adopted in the last one or two windows of HZ_PURGE_DELAY_MS (up to
  * ABANDONED_DEMAND_MAX): a program whose threads come and go many at a time keeps
  * what the next ones will use, and one whose threads stop coming is back to the base
@@ -224,14 +225,16 @@ static uint64_t earliest(uint64_t a, uint64_t b) {
 }
 
 /* A heap about to join the abandoned list keeps its freed memory resident only while
- * the list's total stays within the allowance; past it, the heap is purged and
+ * the list's total, and the cache's resident segments, stay within the allowance;
+ * past it, the heap is purged and
  * its empty segments are released.  Both ways onto the list pass here: a thread's
  * exit, and upkeep, whose collections of late remote frees empty pages too. */
 static void keep_within_budget(hz_heap_t *heap) {
     bool keep = false;
     uint64_t now = hz_os_now_ms();
     if (hz_lock_acquire(&heaps_lock)) {
-        keep = abandoned_dirty + heap->dirty_bytes <= abandoned_allowance(now);
+        keep = abandoned_dirty + hz_segment_cache_resident() + heap->dirty_bytes <=
+               abandoned_allowance(now);
         hz_lock_release(&heaps_lock);
     }
     if (!keep) hz_heap_tidy(heap, HZ_TIDY_ALL);

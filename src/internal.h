@@ -295,6 +295,7 @@ void hz_heap_release_segments(hz_heap_t *heap, bool keep_one) HZ_HIDDEN;
 void hz_heap_share_segments(hz_heap_t *heap) HZ_HIDDEN;
 bool hz_segment_cache_trim(void) HZ_HIDDEN;
 uint64_t hz_segment_cache_age(uint64_t now) HZ_HIDDEN;
+size_t hz_segment_cache_resident(void) HZ_HIDDEN;
 void hz_segment_cache_fork_child(void) HZ_HIDDEN;
 
 /* ------------------------------------------------------------------ pages */

@@ -428,6 +428,11 @@ static void segment_release(hz_heap_t *heap, hz_segment_t *seg) {
     cache_put_purged(seg);
 }
 
+/* Bytes the cached segments keep resident (unlocked: an estimate). */
+size_t hz_segment_cache_resident(void) {
+    return __atomic_load_n(&cache_resident, __ATOMIC_RELAXED);
+}
+
 /* Whether the cache has room for `resident` more bytes of resident segments. */
 static bool cache_room(size_t resident) {
     return cache_count < hz_segment_cache_slots &&
