@@ -130,14 +130,16 @@ static hz_segment_t *cache[HZ_SEGMENT_CACHE + 1]; /* + 1: a cache of none still 
 static unsigned cache_count;
 static size_t cache_resident; /* dirty bytes of the cached segments */
 
-/* cache_resident changes, mirrored in the counters that readers see. */
+/* cache_resident changes (under cache_lock; stored atomically for
+ * hz_segment_cache_resident, which reads it unlocked), mirrored in the counters
+ * that readers see. */
 static void resident_add(size_t n) {
-    cache_resident += n;
+    __atomic_store_n(&cache_resident, cache_resident + n, __ATOMIC_RELAXED);
     hz_gstat_add(cached_dirty, n);
 }
 
 static void resident_sub(size_t n) {
-    cache_resident -= n;
+    __atomic_store_n(&cache_resident, cache_resident - n, __ATOMIC_RELAXED);
     hz_gstat_sub(cached_dirty, n);
 }
 
