@@ -11,7 +11,9 @@
  * Then one more thread frees 12 MiB, spread over several segments, and exits: its
  * heap keeps one segment and offers the others, still resident, to any heap.  The
  * main thread, whose own heap has no room, then allocates 8 MiB: it must take those
- * segments and map no new one.
+ * segments and map no new one.  Left alone instead, they are purged once they have
+ * waited a purge delay or two, with the heap's own, by whichever thread passes a
+ * slow path then.
  */
 #include "hz_test.h"
 
@@ -138,5 +140,27 @@ int main(void)
     CHECK(hz_test_checked_variant() || reused.segments_mapped <= exited.segments_mapped,
           "the main thread mapped %llu new segments while an exited thread's empty ones "
           "sat idle", (unsigned long long)(reused.segments_mapped - exited.segments_mapped));
+
+    malloc_trim(0);
+    CHECK(pthread_create(&l, NULL, exiter, NULL) == 0, "pthread_create failed");
+    pthread_join(l, NULL);
+    struct hz_stats left, aged;
+    CHECK(hz_test_stats(&left), "hz_stats_get failed");
+    /* Two purge epochs (50 ms each by default), each ended by a slow path: a large
+     * block, which leaves no freed page memory of its own.  The cached segments go at
+     * the first, the heap's own units (candidates at the first) at the second. */
+    for (int round = 0; round < 2; round++) {
+        hz_test_sleep_ms(120);
+        void *volatile big = malloc((size_t)3 << 20); /* volatile: not optimised away */
+        free(big);
+    }
+    CHECK(hz_test_stats(&aged), "hz_stats_get failed");
+    printf("dirty bytes: %llu KiB after the thread's exit, %llu KiB 240 ms later\n",
+           (unsigned long long)(left.bytes_dirty >> 10), (unsigned long long)(aged.bytes_dirty >> 10));
+    CHECK(hz_test_checked_variant() || left.bytes_dirty >= MIN_KEPT,
+          "the exited thread's heap and segments kept %llu KiB",
+          (unsigned long long)(left.bytes_dirty >> 10));
+    CHECK(aged.bytes_dirty < (1u << 20), "%llu KiB of an exited thread's memory still "
+          "resident two purge delays later", (unsigned long long)(aged.bytes_dirty >> 10));
     return 0;
 }
