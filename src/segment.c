@@ -412,7 +412,9 @@ static void segment_detach(hz_heap_t *heap, hz_segment_t *seg) {
 static void cache_put_purged(hz_segment_t *seg) {
     (void)segment_decommit(seg);
     (void)segment_purge(seg, ~0ULL);
-    seg->cached_ms = 0;
+    /* Some unit still dirty: cached as resident, so that upkeep tries again. */
+    seg->cached_ms = segment_dirty_bytes(seg) != 0 ? hz_os_now_ms() : 0;
+    uint64_t retry = seg->cached_ms;
     if (hz_lock_acquire(&cache_lock)) {
         if (cache_count < hz_segment_cache_slots) {
             cache[cache_count++] = seg;
@@ -422,6 +424,7 @@ static void cache_put_purged(hz_segment_t *seg) {
         hz_lock_release(&cache_lock);
     }
     if (seg != NULL) segment_unmap(seg);
+    else if (retry != 0) hz_upkeep_at(retry + HZ_PURGE_DELAY_MS);
 }
 
 /* An empty segment goes, purged, to the cache or back to the OS. */
