@@ -219,11 +219,6 @@ void hz_heap_tidy(hz_heap_t *heap, enum hz_tidy how) {
     heap->busy--;
 }
 
-static uint64_t earliest(uint64_t a, uint64_t b) {
-    if (a == 0) return b;
-    return b != 0 && b < a ? b : a;
-}
-
 /* A heap about to join the abandoned list keeps its freed memory resident only while
  * the list's total, and the cache's resident segments, stay within the allowance;
  * past it, the heap is purged and
@@ -282,7 +277,7 @@ static uint64_t tidy_abandoned(enum hz_tidy how) {
         hz_heap_tidy(h, how);
         if (how == HZ_TIDY_TIMED) keep_within_budget(h);
         heap_reset(h);
-        next = earliest(next, h->purge_at_ms);
+        next = hz_earliest(next, h->purge_at_ms);
         if (!hz_lock_acquire(&heaps_lock)) continue; /* only from a signal handler: lost */
         list_push(h);
         hz_lock_release(&heaps_lock);
@@ -309,9 +304,9 @@ void hz_upkeep_run(void) {
     uint64_t now = hz_os_now_ms();
     if (now < due || !hz_lock_try(&upkeep_lock)) return;
     atomic_store_explicit(&hz_upkeep_due, 0, memory_order_relaxed);
-    uint64_t next = earliest(tidy_abandoned(HZ_TIDY_TIMED), tidy_exit_heap(HZ_TIDY_TIMED));
-    next = earliest(next, hz_large_cache_age(now));
-    next = earliest(next, hz_segment_cache_age(now));
+    uint64_t next = hz_earliest(tidy_abandoned(HZ_TIDY_TIMED), tidy_exit_heap(HZ_TIDY_TIMED));
+    next = hz_earliest(next, hz_large_cache_age(now));
+    next = hz_earliest(next, hz_segment_cache_age(now));
     hz_lock_release(&upkeep_lock);
     hz_upkeep_at(next);
 }

@@ -401,6 +401,23 @@ HZ_INLINE void hz_upkeep_mail(void) {
     if (atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed) == 0)
         hz_upkeep_at(hz_os_now_ms() + HZ_UPKEEP_MAIL_DELAY_MS);
 }
+/* The earlier of two due times, 0 meaning none. */
+HZ_INLINE uint64_t hz_earliest(uint64_t a, uint64_t b) {
+    if (a == 0) return b;
+    return b != 0 && b < a ? b : a;
+}
+/* The caches of empty segments and of large mappings stamp an entry with when it
+ * came (0: purged); while upkeep purges it in place, with HZ_STAMP_PURGING, so that
+ * nothing takes, evicts or trims it meanwhile.  In a fork child nobody purges it
+ * any more: hz_stamp_orphan makes it resident and old, for upkeep to purge again
+ * (its dirty state still covers every page the purge had not dropped), and says
+ * whether it did. */
+#define HZ_STAMP_PURGING UINT64_MAX
+HZ_INLINE bool hz_stamp_orphan(uint64_t *stamp) {
+    if (*stamp != HZ_STAMP_PURGING) return false;
+    *stamp = 1;
+    return true;
+}
 HZ_INLINE void hz_upkeep_tick(void) {
     if (hz_unlikely(atomic_load_explicit(&hz_upkeep_due, memory_order_relaxed) != 0))
         hz_upkeep_run();

@@ -14,9 +14,8 @@
 typedef struct {
     char *base;
     size_t map_size;
-    uint64_t freed_ms; /* when it was cached; 0 once purged, PURGING meanwhile */
+    uint64_t freed_ms; /* when it was cached; 0 once purged (hz_stamp_orphan) */
 } cached_t;
-#define PURGING UINT64_MAX
 static hz_lock_t large_lock;
 static cached_t cache[LARGE_CACHE_SLOTS];
 static unsigned cache_count;
@@ -50,7 +49,7 @@ static char *cache_take(size_t need, size_t *map_size, bool *purged) {
     unsigned best = LARGE_CACHE_SLOTS;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t s = cache[i].map_size;
-        if (cache[i].freed_ms != PURGING && s >= need && s - need <= need / 2 &&
+        if (cache[i].freed_ms != HZ_STAMP_PURGING && s >= need && s - need <= need / 2 &&
             (best == LARGE_CACHE_SLOTS || s < cache[best].map_size))
             best = i;
     }
@@ -76,7 +75,7 @@ static cached_t cache_remove(unsigned i) {
 /* The oldest entry not being purged, or cache_count. */
 static unsigned cache_oldest(void) {
     unsigned i = 0;
-    while (i < cache_count && cache[i].freed_ms == PURGING) i++;
+    while (i < cache_count && cache[i].freed_ms == HZ_STAMP_PURGING) i++;
     return i;
 }
 
@@ -111,13 +110,13 @@ uint64_t hz_large_cache_age(uint64_t now) {
     if (!hz_lock_acquire(&large_lock)) return 0;
     for (unsigned i = 0; i < cache_count; i++) {
         cached_t *c = &cache[i];
-        if (c->freed_ms == 0 || c->freed_ms == PURGING) continue;
+        if (c->freed_ms == 0 || c->freed_ms == HZ_STAMP_PURGING) continue;
         uint64_t due = c->freed_ms + HZ_PURGE_DELAY_MS;
         if (now >= due) {
             old[n++] = *c;
-            c->freed_ms = PURGING;
-        } else if (next == 0 || due < next) {
-            next = due;
+            c->freed_ms = HZ_STAMP_PURGING;
+        } else {
+            next = hz_earliest(next, due);
         }
     }
     hz_lock_release(&large_lock);
@@ -131,8 +130,7 @@ uint64_t hz_large_cache_age(uint64_t now) {
             cache[k].freed_ms = old[i].freed_ms;
             break;
         }
-        if (old[i].freed_ms != 0 && (next == 0 || now + HZ_PURGE_DELAY_MS < next))
-            next = now + HZ_PURGE_DELAY_MS;
+        if (old[i].freed_ms != 0) next = hz_earliest(next, now + HZ_PURGE_DELAY_MS);
     }
     hz_lock_release(&large_lock);
     return next;
@@ -144,7 +142,7 @@ bool hz_large_cache_trim(void) {
     unsigned n = 0;
     if (!hz_lock_acquire(&large_lock)) return false;
     for (unsigned i = 0; i < cache_count;) {
-        if (cache[i].freed_ms == PURGING) i++;
+        if (cache[i].freed_ms == HZ_STAMP_PURGING) i++;
         else drop[n++] = cache_remove(i);
     }
     hz_lock_release(&large_lock);
@@ -152,15 +150,10 @@ bool hz_large_cache_trim(void) {
     return n > 0;
 }
 
-/* In a fork child: a mapping the parent was purging is purged by nobody now; taken
- * for resident, it is purged again. */
+/* In a fork child: the mappings the parent was purging, to purge again. */
 void hz_large_cache_fork_child(void) {
     bool due = false;
-    for (unsigned i = 0; i < cache_count; i++) {
-        if (cache[i].freed_ms != PURGING) continue;
-        cache[i].freed_ms = 1;
-        due = true;
-    }
+    for (unsigned i = 0; i < cache_count; i++) due |= hz_stamp_orphan(&cache[i].freed_ms);
     if (due) hz_upkeep_at(1);
 }
 

@@ -123,8 +123,7 @@ void hz_segmap_set_owner(const void *seg, const hz_heap_t *owner) {
  * pages still backed, instead of faulting in fresh ones while the idle heap's are
  * purged).  Resident ones hold at most HZ_DIRTY_BUDGET in all, and are purged once
  * HZ_PURGE_DELAY_MS old (hz_segment_cache_age), staying listed meanwhile, marked, so
- * that a fork then loses none. */
-#define HZ_CACHE_PURGING UINT64_MAX
+ * that a fork then loses none (hz_stamp_orphan). */
 static hz_lock_t cache_lock;
 static hz_segment_t *cache[HZ_SEGMENT_CACHE + 1]; /* + 1: a cache of none still compiles */
 static unsigned cache_count;
@@ -346,7 +345,7 @@ static hz_segment_t *cache_take(void) {
     if (!hz_lock_acquire(&cache_lock)) return NULL;
     unsigned best = cache_count;
     for (unsigned i = 0; i < cache_count; i++)
-        if (cache[i]->cached_ms != HZ_CACHE_PURGING &&
+        if (cache[i]->cached_ms != HZ_STAMP_PURGING &&
             (best == cache_count || cache[i]->cached_ms > cache[best]->cached_ms))
             best = i;
     if (best < cache_count) {
@@ -409,11 +408,16 @@ static void segment_detach(hz_heap_t *heap, hz_segment_t *seg) {
 
 /* Purged and decommitted (a unit the kernel would not purge stays dirty), to the
  * cache or back to the OS. */
+/* A cached segment's stamp once purged at `now`: 0, or now if a unit the kernel would
+ * not purge stays dirty, so that aging tries again. */
+static uint64_t purged_stamp(const hz_segment_t *seg, uint64_t now) {
+    return segment_dirty_bytes(seg) != 0 ? now : 0;
+}
+
 static void cache_put_purged(hz_segment_t *seg) {
     (void)segment_decommit(seg);
     (void)segment_purge(seg, ~0ULL);
-    /* Some unit still dirty: cached as resident, so that upkeep tries again. */
-    seg->cached_ms = segment_dirty_bytes(seg) != 0 ? hz_os_now_ms() : 0;
+    seg->cached_ms = purged_stamp(seg, hz_os_now_ms());
     uint64_t retry = seg->cached_ms;
     if (hz_lock_acquire(&cache_lock)) {
         if (cache_count < hz_segment_cache_slots) {
@@ -438,28 +442,22 @@ size_t hz_segment_cache_resident(void) {
     return __atomic_load_n(&cache_resident, __ATOMIC_RELAXED);
 }
 
-/* Whether the cache has room for `resident` more bytes of resident segments. */
-static bool cache_room(size_t resident) {
-    return cache_count < hz_segment_cache_slots &&
-           cache_resident + resident <= (size_t)HZ_DIRTY_BUDGET;
-}
-
-/* An empty segment to the cache as it is, if there is room (else purged); upkeep
- * purges it later. */
-static void cache_put_resident(hz_segment_t *seg, uint64_t now) {
+/* An empty segment of heap to the cache as it is, if there is room for its resident
+ * bytes (false: it stays with the heap); upkeep purges it later. */
+static bool cache_put_resident(hz_heap_t *heap, hz_segment_t *seg, uint64_t now) {
     size_t resident = segment_dirty_bytes(seg);
-    bool room = false;
-    if (hz_lock_acquire(&cache_lock)) {
-        room = cache_room(resident);
-        if (room) {
-            seg->cached_ms = now;
-            cache[cache_count++] = seg;
-            resident_add(resident);
-        }
-        hz_lock_release(&cache_lock);
+    if (!hz_lock_acquire(&cache_lock)) return false;
+    bool room = cache_count < hz_segment_cache_slots &&
+                cache_resident + resident <= (size_t)HZ_DIRTY_BUDGET;
+    if (room) {
+        segment_detach(heap, seg);
+        seg->cached_ms = now;
+        cache[cache_count++] = seg;
+        resident_add(resident);
     }
+    hz_lock_release(&cache_lock);
     if (room) hz_upkeep_at(now + HZ_PURGE_DELAY_MS);
-    else cache_put_purged(seg);
+    return room;
 }
 
 /* A heap whose thread exits keeps its first segment for the next thread and offers
@@ -471,17 +469,9 @@ void hz_heap_share_segments(hz_heap_t *heap) {
     hz_segment_t *s = heap->segments->next, *next;
     for (; s != NULL; s = next) {
         next = s->next;
-        if (s->free_units != ~0ULL) continue;
-        size_t resident = segment_dirty_bytes(s);
-        bool room = false;
-        if (resident != 0 && hz_lock_acquire(&cache_lock)) {
-            room = cache_room(resident);
-            hz_lock_release(&cache_lock);
-        }
-        if (!room) continue;
+        if (s->free_units != ~0ULL || segment_dirty_bytes(s) == 0) continue;
         if (now == 0) now = hz_os_now_ms();
-        segment_detach(heap, s);
-        cache_put_resident(s, now);
+        (void)cache_put_resident(heap, s, now);
     }
 }
 
@@ -496,13 +486,13 @@ uint64_t hz_segment_cache_age(uint64_t now) {
     if (!hz_lock_acquire(&cache_lock)) return 0;
     for (unsigned i = 0; i < cache_count; i++) {
         hz_segment_t *c = cache[i];
-        if (c->cached_ms == 0 || c->cached_ms == HZ_CACHE_PURGING) continue;
+        if (c->cached_ms == 0 || c->cached_ms == HZ_STAMP_PURGING) continue;
         uint64_t due = c->cached_ms + HZ_PURGE_DELAY_MS;
         if (now < due) {
-            if (next == 0 || due < next) next = due;
+            next = hz_earliest(next, due);
             continue;
         }
-        c->cached_ms = HZ_CACHE_PURGING;
+        c->cached_ms = HZ_STAMP_PURGING;
         before[n] = segment_dirty_bytes(c);
         old[n++] = c;
     }
@@ -514,10 +504,8 @@ uint64_t hz_segment_cache_age(uint64_t now) {
     if (n == 0 || !hz_lock_acquire(&cache_lock)) return next;
     for (unsigned i = 0; i < n; i++) {
         resident_sub(before[i] - segment_dirty_bytes(old[i]));
-        /* A unit the kernel would not purge stays dirty: tried again next time. */
-        old[i]->cached_ms = segment_dirty_bytes(old[i]) != 0 ? now : 0;
-        if (old[i]->cached_ms != 0 && (next == 0 || now + HZ_PURGE_DELAY_MS < next))
-            next = now + HZ_PURGE_DELAY_MS;
+        old[i]->cached_ms = purged_stamp(old[i], now);
+        if (old[i]->cached_ms != 0) next = hz_earliest(next, now + HZ_PURGE_DELAY_MS);
     }
     hz_lock_release(&cache_lock);
     return next;
@@ -530,7 +518,7 @@ bool hz_segment_cache_trim(void) {
     if (!hz_lock_acquire(&cache_lock)) return false;
     for (unsigned i = 0; i < cache_count;) {
         hz_segment_t *c = cache[i];
-        if (c->cached_ms == HZ_CACHE_PURGING) {
+        if (c->cached_ms == HZ_STAMP_PURGING) {
             i++;
             continue;
         }
@@ -543,16 +531,10 @@ bool hz_segment_cache_trim(void) {
     return n > 0;
 }
 
-/* In a fork child: a segment the parent was purging is purged by nobody now.  Its
- * dirty units still cover every page the purge had not dropped yet, so it is taken
- * for resident, to be purged again. */
+/* In a fork child: the segments the parent was purging, to purge again. */
 void hz_segment_cache_fork_child(void) {
     bool due = false;
-    for (unsigned i = 0; i < cache_count; i++) {
-        if (cache[i]->cached_ms != HZ_CACHE_PURGING) continue;
-        cache[i]->cached_ms = 1;
-        due = true;
-    }
+    for (unsigned i = 0; i < cache_count; i++) due |= hz_stamp_orphan(&cache[i]->cached_ms);
     if (due) hz_upkeep_at(1);
 }
 
