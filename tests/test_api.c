@@ -551,6 +551,26 @@ static void test_realloc(void)
 #define GROW_STEP ((size_t)64 << 10)
 #define GROW_MOVES_MAX 5
 
+/* *p, holding the pattern over *cur bytes, realloc'd to next: checked to keep its
+ * bytes and have room for next, the pattern extended over what it grew by.  Returns
+ * whether it moved. */
+static int realloc_kept(unsigned char **p, size_t *cur, size_t next)
+{
+    unsigned char *q = (unsigned char *)realloc(*p, next);
+    CHECK(q != NULL, "realloc %zu -> %zu failed", *cur, next);
+    size_t kept = *cur < next ? *cur : next;
+    size_t bad = check_pat(q, 0, kept, 9);
+    CHECK(bad == SIZE_MAX, "realloc %zu -> %zu lost byte %zu", *cur, next, bad);
+    CHECK(malloc_usable_size(q) >= next, "realloc %zu -> %zu: usable size %zu", *cur, next,
+          malloc_usable_size(q));
+    if (next > *cur)
+        fill_pat(q, *cur, next, 9);
+    int moved = q != *p;
+    *p = q;
+    *cur = next;
+    return moved;
+}
+
 static void test_realloc_grow(void)
 {
     size_t cur = GROW_FROM;
@@ -558,18 +578,8 @@ static void test_realloc_grow(void)
     CHECK(p != NULL, "malloc(%zu) failed", cur);
     fill_pat(p, 0, cur, 9);
     int moves = 0, steps = 0;
-    for (size_t next = cur + GROW_STEP; next <= ((size_t)2 << 20); next += GROW_STEP, steps++) {
-        unsigned char *q = (unsigned char *)realloc(p, next);
-        CHECK(q != NULL, "realloc %zu -> %zu failed", cur, next);
-        size_t bad = check_pat(q, 0, cur, 9);
-        CHECK(bad == SIZE_MAX, "realloc %zu -> %zu lost byte %zu", cur, next, bad);
-        CHECK(malloc_usable_size(q) >= next, "realloc to %zu: usable size %zu", next,
-              malloc_usable_size(q));
-        fill_pat(q, cur, next, 9);
-        moves += q != p;
-        p = q;
-        cur = next;
-    }
+    for (size_t next = cur + GROW_STEP; next <= ((size_t)2 << 20); next += GROW_STEP, steps++)
+        moves += realloc_kept(&p, &cur, next);
     printf("realloc from %zu KiB to 2 MiB in %d steps: %d moves\n", GROW_FROM >> 10, steps, moves);
     if (hz_loaded && !hz_test_quarantine_variant())
         CHECK(moves <= GROW_MOVES_MAX, "a growing block moved %d times in %d steps (bound %d)",
@@ -578,15 +588,10 @@ static void test_realloc_grow(void)
     const size_t shrink[] = {(size_t)900 << 10, (size_t)400 << 10};
     int shrink_moves = 0;
     for (size_t i = 0; i < sizeof shrink / sizeof shrink[0]; i++) {
-        unsigned char *q = (unsigned char *)realloc(p, shrink[i]);
-        CHECK(q != NULL, "realloc %zu -> %zu failed", cur, shrink[i]);
-        size_t bad = check_pat(q, 0, shrink[i], 9);
-        CHECK(bad == SIZE_MAX, "realloc %zu -> %zu lost byte %zu", cur, shrink[i], bad);
-        CHECK(malloc_usable_size(q) >= shrink[i] && malloc_usable_size(q) < cur,
-              "realloc %zu -> %zu: usable size %zu", cur, shrink[i], malloc_usable_size(q));
-        shrink_moves += q != p;
-        p = q;
-        cur = shrink[i];
+        size_t was = cur;
+        shrink_moves += realloc_kept(&p, &cur, shrink[i]);
+        CHECK(malloc_usable_size(p) < was, "realloc %zu -> %zu: usable size %zu", was, shrink[i],
+              malloc_usable_size(p));
     }
     if (hz_loaded && !hz_test_quarantine_variant())
         CHECK(shrink_moves == 0, "a block shrunk from 2 MiB to 900 and 400 KiB moved %d times",
