@@ -2,6 +2,7 @@
 #include <errno.h>
 
 #include "entry.h"
+#include "prof.h"
 #include "remote.h"
 
 /* The allocation slow path proper, marked busy for fork (init.c): the blocks other
@@ -285,7 +286,7 @@ void hz_free_other(void *p, uintptr_t entry, hz_heap_t *heap) {
 #if HZ_HARDENING
 /* Behind hz_free_fast: p, in a page of the caller's heap, starts no block. */
 void hz_free_unaligned(void *p, hz_page_t *page, hz_heap_t *heap) {
-    hz_free_block(heap, page, hz_prof_unmark(heap, page, p));
+    hz_free_block(heap, page, hz_sample_unmark(heap, page, p));
 }
 #endif
 
@@ -385,7 +386,7 @@ size_t hz_usable_size_impl(const void *p) {
     if (kind == HZ_SEG_SMALL) {
         hz_page_t *page = hz_page_of(hz_segment_of(p), p);
         if (hz_likely(hz_block_carved(page, p))) return page->block_size;
-        if (HZ_SAMPLE_IN_PAGE && hz_prof_block(page, p) != NULL)
+        if (HZ_SAMPLE_IN_PAGE && hz_sample_block(page, p) != NULL)
             return page->block_size - HZ_SAMPLE_MARK; /* a heap-profile sample */
         return 0; /* inside a block, or past the carved ones: no block starts at p */
     }

@@ -473,38 +473,66 @@ HZ_INLINE bool hz_sample_due(hz_heap_t *heap, size_t size) {
 #endif
 /* The heap profile's switch and what every sample reads first, on one cache line
  * (prof.c): a sample reads one line for them, where it read three. */
+#define HZ_PROF_MANTISSA_BITS 6
 struct hz_prof_state {
     _Alignas(HZ_CACHE_LINE) _Atomic uint64_t rate; /* mean bytes between samples; 0: off */
     uint64_t ln2_rate;                   /* rate ln 2: the intervals' scale */
     struct hz_prof_segment *_Atomic seg; /* NULL: nothing to update */
+    /* rate times the mean of -ln m over each of the bins of m in [1/2, 1) (prof.c) */
+    uint64_t mantissa_rate[1u << HZ_PROF_MANTISSA_BITS];
 };
 extern struct hz_prof_state hz_prof HZ_HIDDEN;
-/* After hz_sample_due: resets the countdown, true when this allocation is a sample. */
-bool hz_sample_take(hz_heap_t *heap) HZ_HIDDEN;
-/* Builds the table hz_sample_take draws intervals of mean rate from (before
+/* Builds the table hz_sample_take (prof.h) draws intervals of mean rate from (before
  * hz_prof.rate is published). */
 void hz_prof_intervals(uint64_t rate) HZ_HIDDEN;
 /* A sampled large block (NULL: allocate it normally); *zero as hz_large_alloc's. */
 void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) HZ_HIDDEN;
 /* A sampled large block is freed: take it out of the live profile. */
 void hz_prof_release(hz_large_t *h) HZ_HIDDEN;
-/* block, just allocated from a page with room for size + HZ_SAMPLE_MARK bytes,
- * becomes a sample of size bytes: its stack is recorded, its mark written; returns
- * the pointer to hand out, past the mark. */
-void *hz_prof_mark(hz_heap_t *heap, void *block, size_t size) HZ_HIDDEN;
-/* The block of page whose sample p is (p handed out past its mark), or NULL. */
+/* prof.h's hz_sample_block and hz_sample_unmark, out of line for the files that
+ * prof.h is above (freelist.h, remote.c): the block of page whose sample p is, or
+ * NULL; and p's sample leaving the profile, its block returned, or p reported. */
 void *hz_prof_block(const hz_page_t *page, const void *p) HZ_HIDDEN;
-/* p, of page, is not a block start: if it is a sample's, that sample leaves the
- * profile (heap: the freeing thread's) and its block is returned, to be freed;
- * anything else is reported.  Not cold: with the profile on, one free in a few
- * dozen comes here. */
 void *hz_prof_unmark(const hz_heap_t *heap, const hz_page_t *page, void *p) HZ_HIDDEN;
 void *hz_alloc_sampled(hz_heap_t *heap, hz_page_t *page, void *block, size_t size) HZ_HIDDEN;
-/* The return addresses of the caller's stack, as backtrace() gives them, from the
- * unwind tables (unwind.c); -1 when a frame needs libgcc's unwinder; HZ_UNWIND_SAME
- * when the stack is the one memo's last walk found (frames are not written). */
+/* The return addresses of the stack of the function that expands hz_unwind, from
+ * its caller's call site outwards, read from the unwind tables (unwind.c); -1 when a
+ * frame needs libgcc's unwinder; HZ_UNWIND_SAME when the stack is the one memo's last
+ * walk found (frames are not written).  Inline, so that the walk begins in the frame
+ * of the allocator's entry, which malloc's fast path jumps to: a sample's memo then
+ * holds no return address of the allocator's own to check. */
 #define HZ_UNWIND_SAME (-2)
-int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) HZ_HIDDEN;
+int hz_unwind_walk(void **frames, int max, hz_unwind_memo_t *memo, uint64_t pc, uint64_t sp,
+                   uint64_t fp) HZ_HIDDEN;
+#if defined(__x86_64__)
+/* Whether the stack words memo's walk read still hold what it read, from the same
+ * place (pc, sp, and fp if a rule used it before a frame restored it) in the same
+ * thread: the walk is a function of those, and would find the same stack.  The
+ * words lie between sp and the outermost frame that walk reached in this thread's
+ * stack, so they can be read once the thread is known.  One pass without early
+ * exits: a loop's samples match, and a mismatch then walks anyway. */
+HZ_INLINE bool hz_unwind_memo_holds(const hz_unwind_memo_t *m, uint64_t pc, uint64_t sp,
+                                    uint64_t fp) {
+    if (m->thread != (uint64_t)(uintptr_t)&hz_tls_heap) return false; /* words unreadable */
+    uint64_t diff = (m->pc ^ pc) | (m->sp ^ sp) | (m->fp_read ? m->fp ^ fp : 0);
+    for (uint32_t i = 0; i < m->reads; i++)
+        diff |= *(const uint64_t *)(uintptr_t)m->read[i].at ^ m->read[i].val;
+    return diff == 0;
+}
+
+HZ_INLINE int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) {
+    uint64_t pc, sp, fp;
+    __asm__ volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2"
+                     : "=r"(pc), "=r"(sp), "=r"(fp));
+    if (hz_unwind_memo_holds(memo, pc, sp, fp)) return HZ_UNWIND_SAME;
+    return hz_unwind_walk(frames, max, memo, pc, sp, fp);
+}
+#else
+HZ_INLINE int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) {
+    (void)frames, (void)max, (void)memo;
+    return -1; /* backtrace() it is */
+}
+#endif
 /* The profile's segment is made and named by the stats export (shm.c), which reads
  * HAKOZUNA_PROFILE: its size, and profiling started at `rate` bytes in it. */
 struct hz_prof_segment;

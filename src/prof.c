@@ -43,8 +43,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "freelist.h"
-#include "hakozuna_prof.h"
+#include "prof.h"
 
 struct hz_prof_state hz_prof;
 /* Samples served by the large path alive, each a mapping of its own: past
@@ -55,22 +54,7 @@ struct hz_prof_state hz_prof;
 static _Atomic uint32_t live_samples;
 #define SAMPLE_MAP ((size_t)64 << 10)
 
-/* The header's sizes are for readers: this process places and bounds its traces by
- * its own constants, which no other process that opens the segment can change. */
-HZ_INLINE struct hz_prof_trace *trace_at(struct hz_prof_segment *s, uint32_t i) {
-    return (struct hz_prof_trace *)(s + 1) + i;
-}
-
 /* ------------------------------------------------------------ intervals */
-
-static uint64_t rng_next(hz_heap_t *heap) { /* xorshift64* */
-    uint64_t x = heap->sample_rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    heap->sample_rng = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
 
 /* The exponential distribution, from one 64-bit draw x and a table that stays in
  * cache: x = 2^(64-k) m with m in [1/2, 1), k its leading zeros, so that -ln(x / 2^64)
@@ -78,9 +62,7 @@ static uint64_t rng_next(hz_heap_t *heap) { /* xorshift64* */
  * bins of m, each holding the mean of -ln m over its bin (m is uniform there), so
  * that the mean interval is rate exactly and a draw is one table read.  Built once,
  * when profiling starts; the rate never changes after. */
-#define MANTISSA_BITS 6
-#define MANTISSA_STEPS (1u << MANTISSA_BITS)
-static uint64_t mantissa_rate[MANTISSA_STEPS]; /* rate times the bin's mean of -ln m */
+#define MANTISSA_STEPS (1u << HZ_PROF_MANTISSA_BITS)
 
 /* ln(x) for x > 0 to double precision, without libm: x = m 2^e with m in [1, 2),
  * ln(m) = 2 atanh(t) with t = (m - 1) / (m + 1) < 1/3, a series that converges fast. */
@@ -103,43 +85,20 @@ void hz_prof_intervals(uint64_t rate) {
     double f_a = 0.5 * ln(0.5) - 0.5; /* at a = 0.5, the first bin's start */
     for (unsigned j = 0; j < MANTISSA_STEPS; j++) {
         double b = 0.5 + (j + 1) * width, f_b = b * ln(b) - b;
-        mantissa_rate[j] = (uint64_t)((f_a - f_b) / width * (double)rate + 0.5);
+        hz_prof.mantissa_rate[j] = (uint64_t)((f_a - f_b) / width * (double)rate + 0.5);
         f_a = f_b;
     }
 }
 
-static uint64_t next_interval(hz_heap_t *heap) {
-    uint64_t x = rng_next(heap); /* never 0: the state is not, the multiplier is odd */
-    unsigned k = (unsigned)__builtin_clzll(x);
-    unsigned bin = (unsigned)((x << k) >> (63 - MANTISSA_BITS)) & (MANTISSA_STEPS - 1);
-    return k * hz_prof.ln2_rate + mantissa_rate[bin];
-}
-
 /* A heap's first look: its generator is seeded, and its first interval drawn.  The
  * heaps that threads share are never seeded, and look again after 2^62 bytes. */
-static HZ_NOINLINE void sample_seed(hz_heap_t *heap) {
+HZ_NOINLINE void hz_sample_seed(hz_heap_t *heap) {
     if (hz_heap_shared(heap)) {
         atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
         return;
     }
     heap->sample_rng = (((uintptr_t)heap * 0x9E3779B97F4A7C15ULL) ^ hz_os_now_ms()) | 1;
-    atomic_store_explicit(&heap->sample_left, next_interval(heap), memory_order_relaxed);
-}
-
-bool hz_sample_take(hz_heap_t *heap) {
-    /* acquire: the intervals were built before the rate was published */
-    uint64_t rate = atomic_load_explicit(&hz_prof.rate, memory_order_acquire);
-    if (hz_likely(rate == 0)) {
-        atomic_store_explicit(&heap->sample_left, HZ_SAMPLE_NEVER, memory_order_relaxed);
-        return false;
-    }
-    /* A new heap starts at 0: the first interval is drawn, not taken as a sample. */
-    if (hz_unlikely(heap->sample_rng == 0)) {
-        sample_seed(heap);
-        return false;
-    }
-    atomic_store_explicit(&heap->sample_left, next_interval(heap), memory_order_relaxed);
-    return !heap->sampling;
+    atomic_store_explicit(&heap->sample_left, hz_sample_interval(heap), memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------ the table */
@@ -169,7 +128,7 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
     uint64_t h = trace_hash(frames, n);
     for (uint32_t probe = 0; probe < HZ_PROF_TRACES; probe++) {
         uint32_t i = (uint32_t)(h + probe) & (HZ_PROF_TRACES - 1);
-        struct hz_prof_trace *t = trace_at(s, i);
+        struct hz_prof_trace *t = hz_prof_trace_at(s, i);
         _Atomic uint64_t *th = (_Atomic uint64_t *)&t->hash;
         uint64_t cur = atomic_load_explicit(th, memory_order_acquire);
         if (cur == 0) {
@@ -189,87 +148,28 @@ static uint32_t trace_slot(struct hz_prof_segment *s, void *const *frames, int n
     return HZ_PROF_TRACES;
 }
 
-#define ADD(field, v) \
-    atomic_fetch_add_explicit((_Atomic uint64_t *)&(field), (uint64_t)(v), memory_order_relaxed)
-
-/* A count only its writer updates: no locked instruction, and readers still see
- * whole words.  (A signal handler that samples between the load and the store on the
- * same thread loses one count; readers clamp a live count at 0.) */
-HZ_INLINE void bump(uint64_t *field, uint64_t v) {
-    _Atomic uint64_t *a = (_Atomic uint64_t *)field;
-    atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
-                          memory_order_relaxed);
-}
-
-/* The heap's name in the traces it makes: 1 + its thread slot in the stats segment,
- * which a heap keeps for its life and shares with no other heap, and a heap serves
- * one thread at a time.  0 (no slot, or one being given) makes no trace its own. */
-HZ_INLINE uint32_t writer_of(const hz_heap_t *heap) {
-    uint32_t slot = __atomic_load_n(&heap->shm_slot, __ATOMIC_RELAXED);
-    return slot == UINT32_MAX ? 0 : slot;
-}
-
-/* A sample of size bytes, counted in t by heap (alloc) or freed (!alloc). */
-HZ_INLINE void count(struct hz_prof_trace *t, const hz_heap_t *heap, size_t size, bool alloc) {
-    uint32_t writer = writer_of(heap);
-    if (writer != 0 && t->writer == writer) {
-        struct hz_prof_counts *c = &t->counts[0];
-        bump(alloc ? &c->alloc_count : &c->freed_count, 1);
-        bump(alloc ? &c->alloc_bytes : &c->freed_bytes, size);
-    } else {
-        struct hz_prof_counts *c = &t->counts[1];
-        ADD(*(alloc ? &c->alloc_count : &c->freed_count), 1);
-        ADD(*(alloc ? &c->alloc_bytes : &c->freed_bytes), size);
-    }
-}
-
-/* The slot, in s's table, of the stack hz_unwind could not match with the heap's
- * memo: n is what it returned, frames what it found.  Out of line, so that the
- * common case (the memo holds) keeps a small frame. */
+/* Out of line, so that the common case (the memo holds) keeps a small frame. */
 _Static_assert(HZ_UNWIND_FRAMES >= HZ_PROF_MAX_FRAMES + 2, "a memo holds a walk");
-static HZ_NOINLINE uint32_t trace_walked(struct hz_prof_segment *s, hz_heap_t *heap,
-                                         void **frames, int n) {
-    int skip = 1; /* frames[0] is hz_unwind's caller, in here */
+HZ_NOINLINE uint32_t hz_prof_walked(struct hz_prof_segment *s, hz_heap_t *heap, int n) {
+    void **frames = heap->stack_memo.frames;
+    int skip = 0; /* frames[0] is where the sampling function was called */
     if (n < 0) {
         int saved_errno = errno; /* backtrace() may set it: invisible */
         heap->sampling = true;   /* and what it allocates is not sampled */
         n = backtrace(frames, HZ_PROF_MAX_FRAMES + 2);
         heap->sampling = false;
         errno = saved_errno;
-        skip = 2; /* in here, then hz_unwind's caller */
+        skip = 2; /* in here, then in the sampling function */
     }
-    return n > skip ? trace_slot(s, frames + skip, n - skip, writer_of(heap)) : HZ_PROF_TRACES;
-}
-
-/* The slot of the caller's stack in s's table (HZ_PROF_TRACES: in none), the
- * sample counted.  The heap's memo of its last walk spares a stack that repeats its
- * walk and its search of the table. */
-HZ_INLINE uint32_t take_trace(struct hz_prof_segment *s, hz_heap_t *heap, size_t size) {
-    hz_unwind_memo_t *memo = &heap->stack_memo;
-    int n = hz_unwind(memo->frames, HZ_PROF_MAX_FRAMES + 1, memo);
-    if (n != HZ_UNWIND_SAME) memo->trace = trace_walked(s, heap, memo->frames, n);
-    uint32_t slot = memo->trace;
-    if (hz_unlikely(slot >= HZ_PROF_TRACES)) {
-        ADD(s->samples_lost, 1);
-        return HZ_PROF_TRACES;
-    }
-    count(trace_at(s, slot), heap, size, true);
-    return slot;
-}
-
-/* A sample leaves the profile; heap is the freeing thread's. */
-HZ_INLINE void forget(const hz_heap_t *heap, uint32_t slot, size_t size) {
-    struct hz_prof_segment *s = atomic_load_explicit(&hz_prof.seg, memory_order_acquire);
-    if (s == NULL) return; /* a fork child's */
-    if (slot >= HZ_PROF_TRACES) return; /* in no trace */
-    count(trace_at(s, slot), heap, size, false);
+    return n > skip ? trace_slot(s, frames + skip, n - skip, hz_prof_writer(heap))
+                    : HZ_PROF_TRACES;
 }
 
 /* A large sample that could not be served as one: counted as lost, allocated
  * normally. */
 static void *large_sample_lost(struct hz_prof_segment *s) {
     atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-    ADD(s->samples_lost, 1);
+    hz_prof_add(&s->samples_lost, 1);
     return NULL;
 }
 
@@ -286,7 +186,7 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
     hz_tls_heap->sampling = false;
     if (p == NULL) return large_sample_lost(s);
     hz_large_t *h = hz_large_header(p);
-    h->sample = take_trace(s, hz_tls_heap, size) + 1; /* capacity + 1: in no trace */
+    h->sample = hz_prof_take_trace(s, hz_tls_heap, size) + 1; /* capacity + 1: in no trace */
     h->sample_size = size;
     return p;
 }
@@ -296,52 +196,21 @@ void hz_prof_release(hz_large_t *h) {
     h->sample = 0;
     if (atomic_load_explicit(&hz_prof.seg, memory_order_relaxed) != NULL)
         atomic_fetch_sub_explicit(&live_samples, 1, memory_order_relaxed);
-    forget(hz_tls_heap, slot, h->sample_size);
+    hz_prof_forget(hz_tls_heap, slot, h->sample_size);
 }
 
 /* ------------------------------------------------------------ samples in pages
- * A small sample is a block of its page with the caller's bytes HZ_SAMPLE_MARK bytes
- * in.  Free finds that the pointer starts no block, and the mark tells a sample from
- * a bad pointer: its first word is the block's free-list word (freelist.h) holding
- * key ^ block ^ tag, where tag, made from the second word (the trace's slot and the
- * sampled size), is odd, so the word never decodes as a link (a block with it reads
- * as handed out) and cannot be forged without the process's secret key.  A block
- * handed out again after its sample was freed has 0 there, a freed one a link: a
- * second free of the sample's pointer is reported as a bad pointer. */
-static uint64_t mark_tag(uint64_t info) { return (info * 0x9E3779B97F4A7C15ULL) | 1; }
+ * (prof.h), for the files below it */
 
-void *hz_prof_mark(hz_heap_t *heap, void *block, size_t size) {
-    struct hz_prof_segment *s = atomic_load_explicit(&hz_prof.seg, memory_order_acquire);
-    uint64_t *w = block;
-    uint32_t slot = s != NULL ? take_trace(s, heap, size) : HZ_PROF_TRACES;
-    uint64_t info = (uint64_t)slot << 32 | (uint32_t)size;
-    w[1] = info;
-    w[0] = hz_list_key ^ (uint64_t)(uintptr_t)block ^ mark_tag(info);
-    return (char *)block + HZ_SAMPLE_MARK;
-}
-
-void *hz_prof_block(const hz_page_t *page, const void *p) {
-#if HZ_SAMPLE_IN_PAGE
-    uint64_t *w = (uint64_t *)(uintptr_t)((const char *)p - HZ_SAMPLE_MARK);
-    if (!hz_block_carved(page, w)) return NULL;
-    if ((w[0] ^ hz_list_key ^ (uint64_t)(uintptr_t)w) != mark_tag(w[1])) return NULL;
-    return w;
-#else
-    (void)page, (void)p;
-    return NULL;
-#endif
-}
+void *hz_prof_block(const hz_page_t *page, const void *p) { return hz_sample_block(page, p); }
 
 void *hz_prof_unmark(const hz_heap_t *heap, const hz_page_t *page, void *p) {
-    uint64_t *w = hz_prof_block(page, p); /* inlined: same file, no interposition */
-    if (w == NULL) hz_free_invalid(page, p);
-    forget(heap, (uint32_t)(w[1] >> 32), (uint32_t)w[1]);
-    return w;
+    return hz_sample_unmark(heap, page, p);
 }
 
 /* ------------------------------------------------------------ start, fork, stop */
 
-/* The segment's bytes: of this process's constants, as trace_at's places. */
+/* The segment's bytes: of this process's constants, as hz_prof_trace_at places them. */
 size_t hz_prof_segment_size(void) {
     return hz_align_up(sizeof(struct hz_prof_segment) +
                            (size_t)HZ_PROF_TRACES * sizeof(struct hz_prof_trace),

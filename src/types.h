@@ -299,7 +299,7 @@ enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_S
 #define HZ_UNWIND_FRAMES 34 /* a profile's frames (hakozuna_prof.h) and two of its own */
 typedef struct hz_unwind_memo {
     uint64_t thread;         /* the thread that walked (its TLS address); 0: none */
-    uint64_t sp, fp;         /* where the walk began; fp only counts when fp_read */
+    uint64_t pc, sp, fp;     /* where the walk began; fp only counts when fp_read */
     uint32_t reads;
     bool fp_read;
     uint32_t trace;          /* the heap profile's slot for that stack (prof.c) */

@@ -16,9 +16,10 @@
  * that is unloaded takes its return addresses' meaning with it: the table is
  * dropped (by generation) whenever the dynamic linker reports an object removed.
  * The caller may also keep a memo of its last walk (hz_unwind_memo_t): the stack
- * words that walk read.  A walk begins by checking them, and when all still hold
- * what they held, from the same sp in the same thread, it would find the same stack
- * and is not made.  A sampling loop's stacks repeat so, and cost a dozen loads.
+ * words that walk read.  hz_unwind (internal.h, inline at its call site) checks them
+ * first, and when all still hold what they held, from the same pc and sp in the same
+ * thread, the walk would find the same stack and is not made.  A sampling loop's
+ * stacks repeat so, and cost a handful of loads.
  * Nothing here allocates, takes a lock of its own or writes outside its table and
  * the memo.
  */
@@ -478,20 +479,6 @@ static uint64_t current_generation(void) {
  * misread table, never followed. */
 #define FRAME_MAX ((uint64_t)1 << 24)
 
-/* Whether the stack words the memo's walk read still hold what it read, from the same
- * sp (and fp, if a rule used it before a frame restored it) in the same thread.  The
- * walk is a function of those registers, those words and the rules: it would take the
- * same steps and find the same stack.  The words lie between sp and the outermost
- * frame the memo's walk reached in this thread's stack, so they can be read.  (The
- * rules are taken as unchanged: a library unloaded and another loaded at its address
- * would also need the same return addresses at the same places on the stack.) */
-static bool memo_holds(const hz_unwind_memo_t *m, uint64_t thread, uint64_t sp, uint64_t fp) {
-    if (m->thread != thread || m->sp != sp || (m->fp_read && m->fp != fp)) return false;
-    for (uint32_t i = 0; i < m->reads; i++)
-        if (*(const uint64_t *)(uintptr_t)m->read[i].at != m->read[i].val) return false;
-    return true;
-}
-
 /* The memo's words, for a walk that found a stack: return addresses always, fp's
  * saved values only if a later frame's CFA came from one. */
 static void memo_add(hz_unwind_memo_t *m, uint64_t at, uint64_t val) {
@@ -500,11 +487,12 @@ static void memo_add(hz_unwind_memo_t *m, uint64_t at, uint64_t val) {
     m->read[m->reads++].val = val;
 }
 
-/* The walk from pc, sp and fp, the registers at pc in the frame of hz_unwind (whose
- * frame stays while this one runs), written down in memo. */
-static HZ_NOINLINE int walk(void **frames, int max, hz_unwind_memo_t *memo, uint64_t thread,
-                            uint64_t pc, uint64_t sp, uint64_t fp) {
+/* The walk from pc, sp and fp, the registers at pc in the frame of the function that
+ * expanded hz_unwind (whose frame stays while this one runs), written down in memo. */
+int hz_unwind_walk(void **frames, int max, hz_unwind_memo_t *memo, uint64_t pc, uint64_t sp,
+                   uint64_t fp) {
     memo->thread = 0;
+    memo->pc = pc;
     memo->sp = sp;
     memo->fp = fp;
     memo->fp_read = false;
@@ -542,25 +530,9 @@ static HZ_NOINLINE int walk(void **frames, int max, hz_unwind_memo_t *memo, uint
         if (pc == 0) break;
         frames[n++] = (void *)(uintptr_t)pc;
     }
-    memo->thread = memo->reads < HZ_UNWIND_READS ? thread : 0;
+    /* the thread, as hz_unwind_memo_holds knows it: only its words are readable */
+    if (memo->reads < HZ_UNWIND_READS) memo->thread = (uint64_t)(uintptr_t)&hz_tls_heap;
     return n;
-}
-
-/* Light, so that a stack that repeats costs little more than its check. */
-HZ_NOINLINE int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) {
-    uint64_t pc, sp, fp;
-    __asm__ volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2"
-                     : "=r"(pc), "=r"(sp), "=r"(fp));
-    uint64_t thread = (uint64_t)(uintptr_t)&hz_tls_heap;
-    if (memo_holds(memo, thread, sp, fp)) return HZ_UNWIND_SAME;
-    return walk(frames, max, memo, thread, pc, sp, fp);
-}
-
-#else
-
-int hz_unwind(void **frames, int max, hz_unwind_memo_t *memo) {
-    (void)frames, (void)max, (void)memo;
-    return -1; /* backtrace() it is */
 }
 
 #endif
