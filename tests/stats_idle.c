@@ -109,7 +109,10 @@ int main(int argc, char **argv) {
         pid_t pid = fork();
         if (pid < 0) return 1;
         if (pid == 0) {
-            free(malloc(100000));
+            /* a large block and back: the child's first slow path (volatile, or
+             * the compiler drops the pair) */
+            void *volatile big = malloc(100000);
+            free(big);
             for (long k = 0; k < child_keep; k++)
                 if (malloc((size_t)bsize + 1) == NULL) return 1;
             printf("child pid=%ld\n", (long)getpid());
