@@ -32,20 +32,7 @@
 #define THREAD_BYTES ((size_t)12 << 20) /* spread over several segments */
 #define MAX_WATCH (THREAD_BYTES / BLOCK + 1)
 
-/* The build's tuning (configure's knobs, passed to this program too): the caches
- * this needs, and how long a purge waits. */
-#ifndef HZ_PURGE_DELAY_MS
-#define HZ_PURGE_DELAY_MS 50
-#endif
-#ifndef HZ_LARGE_CACHE_BYTES
-#define HZ_LARGE_CACHE_BYTES 33554432
-#endif
-#ifndef HZ_SEGMENT_CACHE
-#define HZ_SEGMENT_CACHE 8
-#endif
-#ifndef HZ_DIRTY_BUDGET
-#define HZ_DIRTY_BUDGET 16777216
-#endif
+#include "types.h" /* the knobs, as the library was built: the caches, the delay */
 #define WAIT_MS (5000 + 4 * HZ_PURGE_DELAY_MS)
 
 /* The memory whose purge is interrupted: any of these addresses. */
