@@ -201,6 +201,7 @@ hz_heap_t *hz_heap_acquire(void) {
     }
     if (heap == NULL) return heap_create(HZ_HEAP_OWNED, tid);
     forget_classes(heap);
+    heap->stack_memo.pc = 0; /* its words are in the last thread's stack */
     hz_gstat_add(heaps_adopted, 1);
     return heap;
 }

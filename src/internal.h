@@ -506,15 +506,16 @@ int hz_unwind_walk(void **frames, int max, hz_unwind_memo_t *memo, uint64_t pc, 
                    uint64_t fp) HZ_HIDDEN;
 #if defined(__x86_64__)
 /* Whether the stack words memo's walk read still hold what it read, from the same
- * place (pc, sp, and fp if a rule used it before a frame restored it) in the same
- * thread: the walk is a function of those, and would find the same stack.  The
- * words lie between sp and the outermost frame that walk reached in this thread's
- * stack, so they can be read once the thread is known.  One pass without early
- * exits: a loop's samples match, and a mismatch then walks anyway. */
+ * place (pc, sp, and fp if a rule used it before a frame restored it): the walk is a
+ * function of those, and would find the same stack.  The memo is this thread's
+ * (types.h), and its words lie between sp and the outermost frame its walk reached
+ * in this thread's stack, so they can be read.  One pass without early exits: a
+ * loop's samples match, and a mismatch then walks anyway. */
 HZ_INLINE bool hz_unwind_memo_holds(const hz_unwind_memo_t *m, uint64_t pc, uint64_t sp,
                                     uint64_t fp) {
-    if (m->thread != (uint64_t)(uintptr_t)&hz_tls_heap) return false; /* words unreadable */
-    uint64_t diff = (m->pc ^ pc) | (m->sp ^ sp) | (m->fp_read ? m->fp ^ fp : 0);
+    if (m->pc != pc) return false; /* 0: no walk to go by */
+    uint64_t diff = (m->sp ^ sp) | (m->fp_read ? m->fp ^ fp : 0);
+#pragma GCC unroll 4
     for (uint32_t i = 0; i < m->reads; i++)
         diff |= *(const uint64_t *)(uintptr_t)m->read[i].at ^ m->read[i].val;
     return diff == 0;

@@ -294,12 +294,13 @@ typedef struct hz_heap_stats {
 enum { HZ_HEAP_OWNED = 1, HZ_HEAP_ABANDONED = 2, HZ_HEAP_ORPHANED = 3, HZ_HEAP_SHARED = 4 };
 
 /* The stack words a walk of the unwinder (unwind.c) read, so that the next walk from
- * the same place can check them instead of walking: each word's address and value. */
+ * the same place can check them instead of walking: each word's address and value.
+ * A memo serves one thread: a heap that passes to another thread forgets its memo
+ * (hz_heap_acquire), whose words may lie in a stack that is gone. */
 #define HZ_UNWIND_READS 72
 #define HZ_UNWIND_FRAMES 34 /* a profile's frames (hakozuna_prof.h) and two of its own */
 typedef struct hz_unwind_memo {
-    uint64_t thread;         /* the thread that walked (its TLS address); 0: none */
-    uint64_t pc, sp, fp;     /* where the walk began; fp only counts when fp_read */
+    uint64_t pc, sp, fp;     /* where the walk began (pc 0: none); fp counts if fp_read */
     uint32_t reads;
     bool fp_read;
     uint32_t trace;          /* the heap profile's slot for that stack (prof.c) */

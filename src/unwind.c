@@ -17,8 +17,8 @@
  * dropped (by generation) whenever the dynamic linker reports an object removed.
  * The caller may also keep a memo of its last walk (hz_unwind_memo_t): the stack
  * words that walk read.  hz_unwind (internal.h, inline at its call site) checks them
- * first, and when all still hold what they held, from the same pc and sp in the same
- * thread, the walk would find the same stack and is not made.  A sampling loop's
+ * first, and when all still hold what they held, from the same pc and sp (the memo
+ * is one thread's), the walk would find the same stack and is not made.  A sampling loop's
  * stacks repeat so, and cost a handful of loads.
  * Nothing here allocates, takes a lock of its own or writes outside its table and
  * the memo.
@@ -491,8 +491,8 @@ static void memo_add(hz_unwind_memo_t *m, uint64_t at, uint64_t val) {
  * expanded hz_unwind (whose frame stays while this one runs), written down in memo. */
 int hz_unwind_walk(void **frames, int max, hz_unwind_memo_t *memo, uint64_t pc, uint64_t sp,
                    uint64_t fp) {
-    memo->thread = 0;
-    memo->pc = pc;
+    const uint64_t start = pc;
+    memo->pc = 0; /* none until this walk completes */
     memo->sp = sp;
     memo->fp = fp;
     memo->fp_read = false;
@@ -530,8 +530,7 @@ int hz_unwind_walk(void **frames, int max, hz_unwind_memo_t *memo, uint64_t pc, 
         if (pc == 0) break;
         frames[n++] = (void *)(uintptr_t)pc;
     }
-    /* the thread, as hz_unwind_memo_holds knows it: only its words are readable */
-    if (memo->reads < HZ_UNWIND_READS) memo->thread = (uint64_t)(uintptr_t)&hz_tls_heap;
+    if (memo->reads < HZ_UNWIND_READS) memo->pc = start;
     return n;
 }
 
