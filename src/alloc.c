@@ -43,24 +43,30 @@ static HZ_COLD HZ_NOINLINE bool reclaim(hz_heap_t *heap) {
     return true;
 }
 
-/* class_block's page_refill found no memory: reclaim, and one more try. */
-static HZ_COLD HZ_NOINLINE void *class_block_retry(hz_heap_t *heap, unsigned cls, bool *zero) {
+/* class_page's page_refill found no memory: reclaim, and one more try. */
+static HZ_COLD HZ_NOINLINE hz_page_t *class_page_retry(hz_heap_t *heap, unsigned cls) {
     hz_page_t *page;
     if (!reclaim(heap) || (page = page_refill(heap, cls)) == NULL) {
         errno = ENOMEM;
         return NULL;
     }
-    *zero = page->free_is_zero;
-    return hz_page_pop(heap, page, page->free);
+    return page;
+}
+
+/* A page of class cls of `heap` with a free block, or NULL (ENOMEM). */
+HZ_INLINE hz_page_t *class_page(hz_heap_t *heap, unsigned cls) {
+    hz_page_t *page = heap->current[cls];
+    if (hz_list_end(page->free)) page = hz_stash_serve(heap, cls, page);
+    if (hz_list_end(page->free) && (page = page_refill(heap, cls)) == NULL)
+        return class_page_retry(heap, cls);
+    return page;
 }
 
 /* A block of class cls from `heap`; *zero tells whether it is known to be zero past
  * its first word. */
 static void *class_block(hz_heap_t *heap, unsigned cls, bool *zero) {
-    hz_page_t *page = heap->current[cls];
-    if (hz_list_end(page->free)) page = hz_stash_serve(heap, cls, page);
-    if (hz_list_end(page->free) && (page = page_refill(heap, cls)) == NULL)
-        return class_block_retry(heap, cls, zero);
+    hz_page_t *page = class_page(heap, cls);
+    if (page == NULL) return NULL;
     *zero = page->free_is_zero;
     return hz_page_pop(heap, page, page->free);
 }
@@ -160,10 +166,23 @@ static void *alloc_counted(size_t size) {
     return alloc_class(hz_size_class(size), &zero);
 }
 
-/* hz_alloc_slow's request, the countdown run out. */
+/* hz_alloc_slow's request, the countdown run out.  A small one goes, with a page
+ * that has a free block, to hz_alloc_sampled, by calls that all end malloc's (so
+ * the compiler makes them jumps): it then starts in the frame that the fast path's
+ * samples start in, and a loop whose samples come from both paths keeps one stack
+ * for the memo (prof.h), where each switch between the two made a walk. */
 static HZ_NOINLINE void *alloc_slow_sampled(size_t size) {
+    hz_heap_t *heap = hz_tls_heap;
+#if HZ_SAMPLE_IN_PAGE
+    if (size <= HZ_MEDIUM_MAX && !hz_heap_shared(heap)) {
+        hz_page_t *page = class_page(heap, hz_size_class(size));
+        if (page != NULL) return hz_alloc_sampled(heap, page, page->free, size);
+        (void)hz_sample_take(heap); /* the countdown reset; no memory, no sample */
+        return NULL;
+    }
+#endif
     bool zero;
-    void *p = sample_due(hz_tls_heap, size, 0, &zero);
+    void *p = sample_due(heap, size, 0, &zero);
     return p != NULL ? p : alloc_counted(size);
 }
 
