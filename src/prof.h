@@ -55,6 +55,9 @@ HZ_INLINE bool hz_sample_take(hz_heap_t *heap) {
 
 /* ------------------------------------------------------------ counts */
 
+/* Trace i of s.  The header's sizes are for readers: this process places and bounds
+ * its traces by its own constants, which no other process that opens the segment
+ * can change. */
 HZ_INLINE struct hz_prof_trace *hz_prof_trace_at(struct hz_prof_segment *s, uint32_t i) {
     return (struct hz_prof_trace *)(s + 1) + i;
 }
