@@ -406,18 +406,18 @@ static void segment_detach(hz_heap_t *heap, hz_segment_t *seg) {
     seg->heap = NULL;
 }
 
-/* Purged and decommitted (a unit the kernel would not purge stays dirty), to the
- * cache or back to the OS. */
-/* A cached segment's stamp once purged at `now`: 0, or now if a unit the kernel would
- * not purge stays dirty, so that aging tries again. */
-static uint64_t purged_stamp(const hz_segment_t *seg, uint64_t now) {
+/* An empty segment's pages given back, all but its header's unit decommitted; its
+ * stamp for the cache once that is done at `now`: 0, or now if a unit the kernel
+ * would not purge stays dirty, so that aging tries again. */
+static uint64_t segment_empty_out(hz_segment_t *seg, uint64_t now) {
+    (void)segment_decommit(seg);
+    (void)segment_purge(seg, ~0ULL);
     return segment_dirty_bytes(seg) != 0 ? now : 0;
 }
 
+/* Purged and decommitted, to the cache or back to the OS. */
 static void cache_put_purged(hz_segment_t *seg) {
-    (void)segment_decommit(seg);
-    (void)segment_purge(seg, ~0ULL);
-    seg->cached_ms = purged_stamp(seg, hz_os_now_ms());
+    seg->cached_ms = segment_empty_out(seg, hz_os_now_ms());
     uint64_t retry = seg->cached_ms;
     if (hz_lock_acquire(&cache_lock)) {
         if (cache_count < hz_segment_cache_slots) {
@@ -497,15 +497,13 @@ uint64_t hz_segment_cache_age(uint64_t now) {
         old[n++] = c;
     }
     hz_lock_release(&cache_lock);
-    for (unsigned i = 0; i < n; i++) {
-        (void)segment_decommit(old[i]);
-        (void)segment_purge(old[i], ~0ULL);
-    }
+    uint64_t stamp[HZ_SEGMENT_CACHE + 1];
+    for (unsigned i = 0; i < n; i++) stamp[i] = segment_empty_out(old[i], now);
     if (n == 0 || !hz_lock_acquire(&cache_lock)) return next;
     for (unsigned i = 0; i < n; i++) {
         resident_sub(before[i] - segment_dirty_bytes(old[i]));
-        old[i]->cached_ms = purged_stamp(old[i], now);
-        if (old[i]->cached_ms != 0) next = hz_earliest(next, now + HZ_PURGE_DELAY_MS);
+        old[i]->cached_ms = stamp[i];
+        if (stamp[i] != 0) next = hz_earliest(next, now + HZ_PURGE_DELAY_MS);
     }
     hz_lock_release(&cache_lock);
     return next;

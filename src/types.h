@@ -233,7 +233,7 @@ typedef struct hz_segment {
                                     the rest of the segment is reserved address space */
     struct hz_segment *next, *prev; /* heap's segment list (with free units first) */
     uint64_t cached_ms;          /* in the cache of empty segments: when it came there
-                                    resident (0: purged), HZ_CACHE_PURGING while purged */
+                                    resident (0: purged), HZ_STAMP_PURGING while purged */
     /* unit -> size class of the page covering it, for threads freeing its blocks: in
      * a line of its own, since the page descriptor's is the owner's busiest. */
     uint8_t unit_class[HZ_UNITS];
