@@ -41,7 +41,8 @@
  * Under valgrind every block is described to memcheck: the caller's bytes are a
  * malloc-like block, header and canary are no-access while it is live, and a freed
  * block is no-access except the core's link word.  Errors are muted while the core
- * runs, since it may write link words into memory an earlier block left no-access.
+ * runs, since it may write link words into memory an earlier block left no-access;
+ * when a page's lifetime begins, its blocks' headers are described readable again.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -533,6 +534,22 @@ HZ_INLINE void *core_alloc(size_t n) {
  * emptied only loses the marks of its free blocks).  Nothing of a new lifetime can
  * have been freed yet.  The caller makes this one step with the core's changes to
  * the page (see page_lock). */
+/* A page's lifetime begins: memcheck is told that every block's header is readable,
+ * as a freed block's is.  The span may have been another class's, whose freed bodies
+ * were left no-access at other offsets; the core's carve wrote link words there
+ * while muted, which leaves them no-access, and it reads them again where nothing
+ * mutes it (a thread's exit retires its empty pages, checking every link). */
+static void page_describe(const hz_page_t *page) {
+#if DBG_VALGRIND
+    if (!vg_on()) return;
+    size_t bs = page->block_size, n = bs < HEADER ? bs : HEADER;
+    for (uint32_t i = 0; i < page->reserved; i++)
+        (void)VALGRIND_MAKE_MEM_DEFINED(page->start + (size_t)i * bs, n);
+#else
+    (void)page;
+#endif
+}
+
 static bool lifetime_begins(hz_segment_t *seg, const hz_page_t *page) {
     if (page->used != 1) return false;
     _Atomic uint32_t *e = unit_epoch(seg, page->first_unit);
@@ -570,7 +587,10 @@ static void *hand_out(char *b, size_t size, size_t align, bool zero, bool core_z
         bs = page->block_size;
         hz_heap_t *shared;
         if (page_lock(seg, &shared)) {
-            if (b == page->start && lifetime_begins(seg, page)) check = false;
+            if (b == page->start && lifetime_begins(seg, page)) {
+                check = false;
+                page_describe(page);
+            }
             check_next(page, b);
             if (shared != NULL) hz_exit_heap_unlock(shared);
         } else {
