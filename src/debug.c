@@ -528,12 +528,6 @@ HZ_INLINE void *core_alloc(size_t n) {
     return b;
 }
 
-/* The first block of a page has just been handed out: unless another block of the
- * page is out (in use, or freed and waiting in the quarantine), a new lifetime of the
- * page begins, and its epoch moves on (every lifetime begins so; a page merely
- * emptied only loses the marks of its free blocks).  Nothing of a new lifetime can
- * have been freed yet.  The caller makes this one step with the core's changes to
- * the page (see page_lock). */
 /* A page's lifetime begins: memcheck is told that every block's header is readable,
  * as a freed block's is.  The span may have been another class's, whose freed bodies
  * were left no-access at other offsets; the core's carve wrote link words there
@@ -550,6 +544,12 @@ static void page_describe(const hz_page_t *page) {
 #endif
 }
 
+/* The first block of a page has just been handed out: unless another block of the
+ * page is out (in use, or freed and waiting in the quarantine), a new lifetime of the
+ * page begins, and its epoch moves on (every lifetime begins so; a page merely
+ * emptied only loses the marks of its free blocks).  Nothing of a new lifetime can
+ * have been freed yet.  The caller makes this one step with the core's changes to
+ * the page (see page_lock). */
 static bool lifetime_begins(hz_segment_t *seg, const hz_page_t *page) {
     if (page->used != 1) return false;
     _Atomic uint32_t *e = unit_epoch(seg, page->first_unit);

@@ -20,8 +20,9 @@
  *   foreign-free         free a pointer into an mmap region
  *   clean                a correct workload: many sizes, large and aligned blocks,
  *                        realloc, calloc, threads freeing each other's blocks, a
- *                        span of one class reused by another; it also checks the checked variant's rule that
- *                        malloc_usable_size is the size asked for
+ *                        span of one class reused by another; it also checks the
+ *                        checked variant's rule that malloc_usable_size is the
+ *                        size asked for
  *
  * Error modes never return normally under the checked variant (it aborts); if one
  * does, the program says so on stdout and exits 3.  After a write to freed memory
