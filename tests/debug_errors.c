@@ -459,17 +459,8 @@ static void *consumer(void *arg) {
  * the thread's exit its empty pages are retired, which reads every carved block's
  * link: under valgrind, links the core wrote where the first class's freed bodies
  * lay must read as defined memory (the checked variant once left them no-access
- * and memcheck reported the reads).  Enough small blocks are freed after each
- * phase to push the first ones out of any quarantine. */
-static void *volatile sink;
-
-static void flush_quarantine(void) {
-    for (unsigned i = 0; i < 4500; i++) {
-        sink = malloc(8);
-        free(sink);
-    }
-}
-
+ * and memcheck reported the reads).  cycle_blocks after each phase pushes its
+ * blocks out of any quarantine. */
 static void *span_reuse(void *arg) {
     (void)arg;
     enum { FIRST = 2000, SECOND = 10 };
@@ -483,7 +474,7 @@ static void *span_reuse(void *arg) {
         if ((uintptr_t)b[i] > hi) hi = (uintptr_t)b[i];
     }
     for (unsigned i = 0; i < FIRST; i++) free(b[i]);
-    flush_quarantine();
+    cycle_blocks();
     unsigned reused = 0;
     for (unsigned i = 0; i < SECOND; i++) {
         b[i] = malloc(60);
@@ -494,7 +485,7 @@ static void *span_reuse(void *arg) {
     /* Otherwise this step tests nothing: the spans are not reused as it expects. */
     if (reused == 0) fail("no block of the second class in the first class's spans", 60);
     for (unsigned i = 0; i < SECOND; i++) free(b[i]);
-    flush_quarantine();
+    cycle_blocks();
     return NULL;
 }
 
