@@ -127,12 +127,18 @@ static inline int hz_test_checked_variant(void)
     return v && strcmp(v, "hakozuna_debug") == 0;
 }
 
+/* Nonzero under the hardened variant. */
+static inline int hz_test_hardened_variant(void)
+{
+    const char *v = getenv("HZ_TEST_VARIANT");
+    return v && strcmp(v, "hakozuna_hardened") == 0;
+}
+
 /* Nonzero under a variant that holds freed blocks back in a quarantine on purpose
  * (checked, hardened): memory returned after a free is reported there, not bounded. */
 static inline int hz_test_quarantine_variant(void)
 {
-    const char *v = getenv("HZ_TEST_VARIANT");
-    return hz_test_checked_variant() || (v && strcmp(v, "hakozuna_hardened") == 0);
+    return hz_test_checked_variant() || hz_test_hardened_variant();
 }
 
 static inline int hz_test_allow_system(void)

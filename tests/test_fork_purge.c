@@ -185,10 +185,9 @@ int main(void)
     freed_at = (uintptr_t)p;
     free(p); /* its mapping goes to the large cache, resident */
     char *at = (char *)freed_at;
-    const char *v = getenv("HZ_TEST_VARIANT");
     if (HZ_PURGE_DELAY_MS == 0 || HZ_LARGE_CACHE_BYTES < ((size_t)16 << 20)) {
         printf("test_fork_purge: this build keeps no %zu-byte mapping for a later purge\n", BIG);
-    } else if (v != NULL && strcmp(v, "hakozuna_hardened") == 0) {
+    } else if (hz_test_hardened_variant()) {
         /* Its large blocks sit between guard pages and are unmapped when freed. */
         CHECK(!mapped(at), "hardened: a freed large block stayed mapped");
         printf("test_fork_purge: hardened keeps no freed large mapping: ok\n");
