@@ -24,7 +24,7 @@ BENCH_DIR=${BENCH_DIR:-bench}
 PROGRAMS="bench_random_mixed_malloc_args bench_random_mixed_malloc_dist
 bench_random_mixed_mt_remote_malloc bench_larson bench_cache_scratch
 bench_xmalloc bench_realloc_string bench_rss_plateau bench_core_latency
-bench_thread_churn"
+bench_thread_churn bench_realloc_grow"
 
 passed=0
 failed=0
@@ -229,6 +229,15 @@ expect_usage $P -5 512
 expect_usage $P 1000 0
 expect_usage $P 1000 512 0x12345678 extra
 
+P=bench_realloc_grow
+expect_usage $P
+expect_usage $P 10 1048576
+expect_usage $P abc 1048576 0
+expect_usage $P 0 1048576 0
+expect_usage $P 10 4095 0
+expect_usage $P 10 1048576 1048577
+expect_usage $P 10 1048576 0 extra
+
 P=bench_rss_plateau
 expect_usage $P
 expect_usage $P 1 16 256 2
@@ -255,6 +264,8 @@ expect_ok bench_cache_scratch 2 1000 8 10
 expect_ok bench_xmalloc 2 100 16 16 256
 expect_ok bench_xmalloc 3 100 16 16 256
 expect_ok bench_realloc_string 20000 512
+expect_ok bench_realloc_grow 20 4194304 0
+expect_ok bench_realloc_grow 5 3000000 65536
 if expect_ok bench_rss_plateau 2 16 1024 2 5; then
     if grep -Eq 'rss_kb_before=[0-9]+ rss_kb_peak=[0-9]+ rss_kb_after_free=[0-9]+' "$OUT" &&
         [ "$(grep -c ' sample=[0-9]* t_ms=[0-9.]* rss_kb=[0-9]*$' "$OUT")" -eq 2 ] &&
