@@ -107,13 +107,13 @@ static HZ_COLD bool reclaim_may_help(size_t size) {
 
 /* Large blocks need no heap, but the process must be set up (page size, fork
  * handlers) even when one is its first allocation. */
-static void *large_alloc(size_t size, size_t alignment, bool *zero) {
+static void *large_alloc(size_t size, size_t alignment, bool growing, bool *zero) {
     if (hz_unlikely(hz_tls_heap == &hz_empty_heap)) (void)hz_thread_init();
     hz_shm_tick(); /* a program that allocates only large blocks publishes too */
     hz_upkeep_tick();
-    void *p = hz_large_alloc(size, alignment, zero);
+    void *p = hz_large_alloc(size, alignment, growing, zero);
     if (hz_unlikely(p == NULL) && reclaim_may_help(size) && reclaim(hz_tls_heap))
-        p = hz_large_alloc(size, alignment, zero);
+        p = hz_large_alloc(size, alignment, growing, zero);
     if (hz_unlikely(p == NULL)) errno = ENOMEM;
     return p;
 }
@@ -162,7 +162,7 @@ HZ_INLINE void *maybe_sampled(size_t size, size_t alignment, bool *zero) {
 /* A malloc of size, counted down already. */
 static void *alloc_counted(size_t size) {
     bool zero;
-    if (size > HZ_MEDIUM_MAX) return large_alloc(size, 0, &zero);
+    if (size > HZ_MEDIUM_MAX) return large_alloc(size, 0, false, &zero);
     return alloc_class(hz_size_class(size), &zero);
 }
 
@@ -345,7 +345,7 @@ static HZ_NOINLINE void *calloc_slow(size_t total, bool counted) {
     /* A heap-profile sample is fresh as often as any block: treated the same. */
     void *p = counted ? sample_due(hz_tls_heap, total, 0, &zero) : maybe_sampled(total, 0, &zero);
     if (p == NULL) {
-        if (total > HZ_MEDIUM_MAX) p = large_alloc(total, 0, &zero);
+        if (total > HZ_MEDIUM_MAX) p = large_alloc(total, 0, false, &zero);
         else p = alloc_class(hz_size_class(total), &zero);
     }
     return calloc_clear(p, total, zero);
@@ -413,9 +413,16 @@ size_t hz_usable_size_impl(const void *p) {
     return h != NULL ? h->usable : 0;
 }
 
+/* The block a realloc moves to.  One past HZ_MEDIUM_MAX has grown out of the size
+ * classes, and will likely grow on: it takes any cached mapping that holds it. */
+static void *realloc_new_block(size_t size) {
+    bool zero;
+    return size > HZ_MEDIUM_MAX ? large_alloc(size, 0, true, &zero) : hz_alloc_fast(size);
+}
+
 /* Out of line, so that a realloc that stays saves no registers. */
 static HZ_NOINLINE void *move_block(void *p, size_t old_usable, size_t size) {
-    void *q = hz_alloc_fast(size);
+    void *q = realloc_new_block(size);
     if (q == NULL) return NULL;
     memcpy(q, p, old_usable < size ? old_usable : size);
     hz_free_fast(p);
@@ -466,7 +473,7 @@ static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *
         (void)realloc_stays(page, p); /* in use (not freed and then reallocated) */
         if (hz_page_resize(heap, page, hz_size_class(size))) return p;
     }
-    void *q = hz_alloc_fast(size);
+    void *q = realloc_new_block(size);
     if (q == NULL) return NULL;
     size_t usable = page->block_size; /* read after the allocation: no register kept */
     memcpy(q, p, usable < size ? usable : size);
@@ -546,7 +553,7 @@ void *hz_aligned_impl(size_t alignment, size_t size) {
         unsigned cls = hz_aligned_class(size, alignment);
         if (cls != 0) return alloc_class(cls, &zero);
     }
-    return large_alloc(size, alignment, &zero);
+    return large_alloc(size, alignment, false, &zero);
 }
 
 int hz_trim_impl(void) {

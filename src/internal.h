@@ -346,7 +346,7 @@ static inline void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
 /* ----------------------------------------------------------------- large */
 /* NULL, errno untouched, when there is no memory (the caller sets ENOMEM if it gives
  * up: it may retry). */
-void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) HZ_HIDDEN;
+void *hz_large_alloc(size_t size, size_t alignment, bool growing, bool *zeroed) HZ_HIDDEN;
 hz_large_t *hz_large_header(const void *p) HZ_HIDDEN;
 /* The large block whose first segment holds p, at its start or not, or NULL. */
 hz_large_t *hz_large_holding(const void *p) HZ_HIDDEN;

@@ -5,7 +5,12 @@
  * policy of freed pages (segment.c); then upkeep purges it and it stays cached,
  * mapped but not resident, until it is reused or evicted.  While the kernel drops its
  * pages it stays listed, marked, so that nothing takes, evicts or trims it meanwhile
- * and a fork then loses none. */
+ * and a fork then loses none.
+ *
+ * A block may take a cached mapping larger than it needs: the rest is room to grow
+ * into by realloc, in place and without page faults.  Such room is listed until
+ * the block grows into it, goes, or upkeep purges it on the same policy, so that a
+ * block that stopped growing holds no more than it uses. */
 
 #include "internal.h"
 
@@ -21,8 +26,19 @@ static cached_t cache[LARGE_CACHE_SLOTS];
 static unsigned cache_count;
 static size_t cache_bytes;
 
+/* Room: the resident end of a mapping past its block's usable bytes. */
+#define LARGE_ROOM_SLOTS 16
+typedef struct {
+    const hz_large_t *owner;
+    char *start; /* to the end of owner's mapping, which stays while the entry does */
+    size_t size;
+    uint64_t since_ms; /* taken or last grown into; HZ_STAMP_PURGING while purged */
+} room_t;
+static room_t rooms[LARGE_ROOM_SLOTS];
+static unsigned room_count;
+
 hz_lock_t *hz_large_lock(void) { return &large_lock; }
-void hz_large_cache_forget(void) { cache_count = 0; cache_bytes = 0; }
+void hz_large_cache_forget(void) { cache_count = 0; cache_bytes = 0; room_count = 0; }
 
 /* The header of the large block p, or NULL if p is not one. The header sits at the
  * segment boundary at or below p - 1 (one segment below p for alignments of a
@@ -42,14 +58,15 @@ hz_large_t *hz_large_header(const void *p) {
 /* If the kernel refuses, the mapping stays (counted in os_errors and bytes_mapped). */
 static void large_unmap(char *base, size_t map_size) { hz_os_unmap(base, map_size, map_size); }
 
-/* A cached mapping to reuse, and whether it reads as zero (purged). */
-static char *cache_take(size_t need, size_t *map_size, bool *purged) {
+/* A cached mapping of need bytes or more to reuse, the smallest, at most need + most
+ * bytes; and whether it reads as zero (purged). */
+static char *cache_take(size_t need, size_t most, size_t *map_size, bool *purged) {
     char *base = NULL;
     if (!hz_lock_acquire(&large_lock)) return NULL;
     unsigned best = LARGE_CACHE_SLOTS;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t s = cache[i].map_size;
-        if (cache[i].freed_ms != HZ_STAMP_PURGING && s >= need && s - need <= need / 2 &&
+        if (cache[i].freed_ms != HZ_STAMP_PURGING && s >= need && s - need <= most &&
             (best == LARGE_CACHE_SLOTS || s < cache[best].map_size))
             best = i;
     }
@@ -101,13 +118,98 @@ static bool cache_put(char *base, size_t map_size) {
     return room;
 }
 
+/* List [start, start + size), the end of h's mapping, as room; purged at once when
+ * the list is full. */
+static void room_add(hz_large_t *h, char *start, size_t size) {
+    uint64_t now = hz_os_now_ms();
+    bool listed = false;
+    if (hz_lock_acquire(&large_lock)) {
+        if (room_count < LARGE_ROOM_SLOTS) {
+            rooms[room_count++] = (room_t){h, start, size, now};
+            listed = true;
+        }
+        hz_lock_release(&large_lock);
+    }
+    if (!listed) {
+        hz_os_purge(start, size);
+        return;
+    }
+    h->has_room = 1;
+    hz_upkeep_at(now + HZ_PURGE_DELAY_MS);
+}
+
+/* h's room entry, or NULL; the lock held. */
+static room_t *room_find(const hz_large_t *h) {
+    for (unsigned i = 0; i < room_count; i++)
+        if (rooms[i].owner == h) return &rooms[i];
+    return NULL;
+}
+
+/* h's block now ends at end (NULL: h goes, moves or is cut to its block): its room
+ * starts there, and is in use; or none is left.  A purge of it under way is waited
+ * out (a madvise), so that the block never grows into pages being dropped. */
+static void room_update(hz_large_t *h, char *end) {
+    if (!h->has_room) return;
+    for (;;) {
+        if (!hz_lock_acquire(&large_lock)) return; /* re-entered: leave it listed */
+        room_t *r = room_find(h);
+        bool purging = r != NULL && r->since_ms == HZ_STAMP_PURGING;
+        if (r != NULL && !purging) {
+            char *stop = r->start + r->size;
+            if (end != NULL && end < stop) {
+                if (end > r->start) {
+                    r->size = (size_t)(stop - end);
+                    r->start = end;
+                }
+                r->since_ms = hz_os_now_ms();
+                r = NULL;
+            }
+            if (r != NULL) *r = rooms[--room_count];
+        }
+        hz_lock_release(&large_lock);
+        if (!purging) break;
+        hz_os_yield();
+    }
+    if (end == NULL) h->has_room = 0;
+}
+
+/* Purge the rooms taken or grown into HZ_PURGE_DELAY_MS ago or more (every one with
+ * `all`) and unlist them.  Returns when the next is due (0: none). */
+static uint64_t rooms_age(uint64_t now, bool all) {
+    room_t old[LARGE_ROOM_SLOTS];
+    unsigned n = 0;
+    uint64_t next = 0;
+    if (!hz_lock_acquire(&large_lock)) return 0;
+    for (unsigned i = 0; i < room_count; i++) {
+        room_t *r = &rooms[i];
+        if (r->since_ms == HZ_STAMP_PURGING) continue;
+        uint64_t due = r->since_ms + HZ_PURGE_DELAY_MS;
+        if (all || now >= due) {
+            old[n++] = *r;
+            r->since_ms = HZ_STAMP_PURGING; /* its owner waits: the mapping stays */
+        } else {
+            next = hz_earliest(next, due);
+        }
+    }
+    hz_lock_release(&large_lock);
+    if (n == 0) return next;
+    for (unsigned i = 0; i < n; i++) hz_os_purge(old[i].start, old[i].size);
+    if (!hz_lock_acquire(&large_lock)) return next;
+    for (unsigned i = 0; i < n; i++) {
+        room_t *r = room_find(old[i].owner);
+        if (r != NULL) *r = rooms[--room_count];
+    }
+    hz_lock_release(&large_lock);
+    return next;
+}
+
 /* Purge the cached mappings freed HZ_PURGE_DELAY_MS ago or more, marked meanwhile.
  * Returns when the next is due (0: none). */
 uint64_t hz_large_cache_age(uint64_t now) {
     cached_t old[LARGE_CACHE_SLOTS];
     unsigned n = 0;
-    uint64_t next = 0;
-    if (!hz_lock_acquire(&large_lock)) return 0;
+    uint64_t next = rooms_age(now, false);
+    if (!hz_lock_acquire(&large_lock)) return next;
     for (unsigned i = 0; i < cache_count; i++) {
         cached_t *c = &cache[i];
         if (c->freed_ms == 0 || c->freed_ms == HZ_STAMP_PURGING) continue;
@@ -136,10 +238,12 @@ uint64_t hz_large_cache_age(uint64_t now) {
     return next;
 }
 
-/* Unmap every cached mapping but those being purged (their purger still holds them). */
+/* Unmap every cached mapping but those being purged (their purger still holds them),
+ * and purge every room. */
 bool hz_large_cache_trim(void) {
     cached_t drop[LARGE_CACHE_SLOTS];
     unsigned n = 0;
+    (void)rooms_age(0, true);
     if (!hz_lock_acquire(&large_lock)) return false;
     for (unsigned i = 0; i < cache_count;) {
         if (cache[i].freed_ms == HZ_STAMP_PURGING) i++;
@@ -154,10 +258,11 @@ bool hz_large_cache_trim(void) {
 void hz_large_cache_fork_child(void) {
     bool due = false;
     for (unsigned i = 0; i < cache_count; i++) due |= hz_stamp_orphan(&cache[i].freed_ms);
+    for (unsigned i = 0; i < room_count; i++) due |= hz_stamp_orphan(&rooms[i].since_ms);
     if (due) hz_upkeep_at(1);
 }
 
-void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
+void *hz_large_alloc(size_t size, size_t alignment, bool growing, bool *zeroed) {
     if (alignment < HZ_ALIGNMENT) alignment = HZ_ALIGNMENT;
     /* At least a byte: with size 0 the block would start where its mapping ends, in
      * whatever is mapped next (an aligned request of size 0 comes here). */
@@ -180,7 +285,13 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     size_t need = hz_align_up(offset + size, hz_os_page_size()) + guard;
     size_t map_size = need;
     bool purged = false;
-    char *base = big_align ? NULL : cache_take(need, &map_size, &purged); /* none when hardened */
+    /* The smallest cached mapping that holds need bytes, up to twice as many: the
+     * rest is room for realloc to grow the block into in place, without a new
+     * mapping's page faults, purged on the policy of freed pages where it does not
+     * (room_add).  A block that realloc moves here because it grew takes any: it
+     * will likely grow on. */
+    size_t most = growing ? SIZE_MAX : need;
+    char *base = big_align ? NULL : cache_take(need, most, &map_size, &purged); /* none when hardened */
     *zeroed = base == NULL || purged;
     if (base != NULL) {
         hz_gstat_add(large_cache_hits, 1);
@@ -198,8 +309,11 @@ void *hz_large_alloc(size_t size, size_t alignment, bool *zeroed) {
     h->base = base;
     h->map_size = map_size;
     h->user = user;
-    h->usable = map_size - offset - guard;
+    h->usable = need - offset - guard;
     h->sample = 0;
+    h->has_room = 0;
+    /* A resident cached mapping larger than need: the rest is room to grow into. */
+    if (map_size > need && !*zeroed) room_add(h, base + need, map_size - need);
 #if HZ_HARDENED
     hz_os_guard(user - guard, guard);
     hz_os_guard(base + map_size - guard, guard);
@@ -215,11 +329,21 @@ void hz_large_free(hz_large_t *h) {
     size_t map_size = h->map_size;
     hz_gstat_add(large_frees, 1);
     hz_gstat_sub(large_bytes, h->usable);
+    room_update(h, NULL);
     hz_segmap_set(h, HZ_SEG_NONE); /* a second free of it now reads as foreign */
     h->magic = 0;
     bool plain = h->user == base + HZ_LARGE_HEADER;
     if (!plain || !cache_put(base, map_size)) large_unmap(base, map_size);
 }
+
+#if !HZ_HARDENED
+/* The bytes h's block may use are now usable. */
+static void large_set_usable(hz_large_t *h, size_t usable) {
+    hz_gstat_sub(large_bytes, h->usable);
+    h->usable = usable;
+    hz_gstat_add(large_bytes, usable);
+}
+#endif
 
 /* Resize a large block in place when the mapping allows, else move its pages. */
 void *hz_large_realloc(hz_large_t *h, size_t size) {
@@ -230,8 +354,18 @@ void *hz_large_realloc(hz_large_t *h, size_t size) {
     size_t offset = (size_t)((char *)h->user - h->base);
     if (size > (size_t)PTRDIFF_MAX - 2 * HZ_SEGMENT_SIZE) return NULL;
     size_t need = hz_align_up(offset + size, hz_os_page_size());
-    if (need <= h->map_size && need >= h->map_size / 2) return h->user;
+    /* Where the block ends; a mapping from the cache may reach further. */
+    size_t held = offset + h->usable;
+    if (need <= h->map_size) {
+        if (need > held) { /* grows into its mapping's room */
+            room_update(h, h->base + need);
+            large_set_usable(h, need - offset);
+            return h->user;
+        }
+        if (need >= held / 2) return h->user;
+    }
     if (offset != HZ_LARGE_HEADER || size <= HZ_MEDIUM_MAX) return NULL; /* caller copies */
+    room_update(h, NULL); /* cut or moved with the block */
     char *base = h->base;
     if (!hz_os_resize_in_place(base, h->map_size, need)) {
         char *target = hz_os_reserve(need, HZ_SEGMENT_SIZE);
@@ -251,10 +385,8 @@ void *hz_large_realloc(hz_large_t *h, size_t size) {
         h->base = base;
         h->user = base + offset;
     }
-    hz_gstat_sub(large_bytes, h->usable);
     h->map_size = need;
-    h->usable = need - offset;
-    hz_gstat_add(large_bytes, h->usable);
+    large_set_usable(h, need - offset);
     hz_segmap_set(h, HZ_SEG_LARGE);
     return h->user;
 #endif

@@ -182,7 +182,7 @@ void *hz_prof_alloc(size_t size, size_t alignment, bool *zero) {
      * size asked for. */
     size_t serve = size < SAMPLE_MAP - HZ_LARGE_HEADER ? SAMPLE_MAP - HZ_LARGE_HEADER : size;
     hz_tls_heap->sampling = true;
-    void *p = hz_large_alloc(serve, alignment, zero);
+    void *p = hz_large_alloc(serve, alignment, false, zero);
     hz_tls_heap->sampling = false;
     if (p == NULL) return large_sample_lost(s);
     hz_large_t *h = hz_large_header(p);

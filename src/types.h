@@ -375,9 +375,9 @@ typedef struct hz_large {
     char *base;          /* start of the mapping */
     size_t map_size;     /* bytes mapped */
     void *user;          /* the pointer handed out */
-    size_t usable;       /* bytes from user to the end of the mapping */
+    size_t usable;       /* bytes from user to the block's end (the mapping may go on) */
     uint32_t sample;     /* heap profile (prof.c): its trace's slot + 1, 0 if not sampled */
-    uint32_t reserved;
+    uint32_t has_room;   /* large.c: listed with room past usable (its owner's to clear) */
     size_t sample_size;  /* the size requested when it was sampled */
 } hz_large_t;
 #define HZ_LARGE_MAGIC 0x687a6c617267650aULL

@@ -16,10 +16,17 @@
  * resident beyond the purge delay: after 100 ms and one more large malloc and free,
  * RSS must be within 8 MiB of where it was before the blocks (24 MiB stayed).  Then
  * calloc takes them again and must find them zero.
+ *
+ * Then room: a 9 MiB block takes a freed 16 MiB mapping, resident, and realloc grows
+ * it to 15 MiB in place, into pages already there (fewer than 64 page faults where
+ * a new mapping's pages would take some 1,500).  The next 9 MiB block takes that
+ * mapping again and stops growing: 100 ms later the room it did not use is no longer
+ * resident (RSS at least 5 MiB lower).
  */
 #include "hz_test.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #define GIB ((size_t)1 << 30)
 #define BOUND_KIB (64L * 1024) /* 64 MiB */
@@ -191,6 +198,65 @@ static void cached_large(int hz)
     malloc_trim(0); /* the phases below start from an empty cache */
 }
 
+#define ROOM_MAPPING ((size_t)16 << 20)
+#define ROOM_BLOCK ((size_t)9 << 20)
+#define ROOM_GROWN (ROOM_MAPPING - ((size_t)1 << 20))
+
+static long minor_faults(void)
+{
+    struct rusage ru;
+    CHECK(getrusage(RUSAGE_SELF, &ru) == 0, "getrusage failed");
+    return ru.ru_minflt;
+}
+
+static void touch(char *p, size_t from, size_t to, char c)
+{
+    for (size_t off = from; off < to; off += page_size)
+        ((volatile char *)p)[off] = c;
+}
+
+static void large_room(int hz)
+{
+    /* The checked variant's realloc always moves; the hardened one caches nothing. */
+    int room = hz && !hz_test_checked_variant() && !hz_test_hardened_variant();
+    char *a = malloc(ROOM_MAPPING);
+    CHECK(a != NULL, "malloc(%zu) failed", ROOM_MAPPING);
+    touch(a, 0, ROOM_MAPPING, 1);
+    free(a);
+    char *p = malloc(ROOM_BLOCK);
+    CHECK(p != NULL, "malloc(%zu) failed", ROOM_BLOCK);
+    touch(p, 0, ROOM_BLOCK, 2);
+    long f0 = minor_faults();
+    char *q = realloc(p, ROOM_GROWN);
+    CHECK(q != NULL, "realloc to %zu failed", ROOM_GROWN);
+    touch(q, ROOM_BLOCK, ROOM_GROWN, 3);
+    long faults = minor_faults() - f0;
+    for (size_t off = 0; off < ROOM_BLOCK; off += page_size)
+        CHECK(q[off] == 2, "realloc lost byte %zu", off);
+    free(q);
+    char *r = malloc(ROOM_BLOCK);
+    CHECK(r != NULL, "malloc(%zu) failed", ROOM_BLOCK);
+    touch(r, 0, ROOM_BLOCK, 4);
+    long held = hz_test_rss_kib();
+    hz_test_sleep_ms(100); /* twice the default purge delay */
+    void *s = malloc(ROOM_BLOCK / 3); /* a slow path, which runs upkeep */
+    CHECK(s != NULL, "malloc failed");
+    free(s);
+    long after = hz_test_rss_kib();
+    printf("room: growing %zu to %zu MiB took %ld page faults; a %zu MiB block in a %zu MiB "
+           "mapping: RSS %ld KiB, 100 ms later %ld KiB\n", ROOM_BLOCK >> 20, ROOM_GROWN >> 20,
+           faults, ROOM_BLOCK >> 20, ROOM_MAPPING >> 20, held, after);
+    if (room) {
+        CHECK(faults < 64, "realloc grew a %zu MiB block to %zu MiB with %ld page faults: it "
+              "did not grow into the freed mapping it could have taken", ROOM_BLOCK >> 20,
+              ROOM_GROWN >> 20, faults);
+        CHECK(held - after >= 5 * 1024, "the room of a block that stopped growing stayed "
+              "resident (RSS %ld KiB, 100 ms later %ld KiB)", held, after);
+    }
+    free(r);
+    malloc_trim(0);
+}
+
 int main(void)
 {
     int hz = hz_test_require_loaded();
@@ -207,6 +273,7 @@ int main(void)
         free(p);
     }
     cached_large(hz);
+    large_room(hz);
     long baseline = hz_test_rss_kib();
     CHECK(baseline > 0, "cannot read RSS");
 

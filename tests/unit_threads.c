@@ -1,13 +1,15 @@
 /* unit_threads.c - threads through the hz_* interface, linked with the allocator's
  * objects directly so it can also be built with ThreadSanitizer or UBSan (which must
  * keep their own malloc): cross-thread frees with checksums, thread exit and heap
- * adoption, and concurrent stats readers. */
+ * adoption, concurrent stats readers, and large blocks that grow into freed
+ * mappings' room while other threads' upkeep purges it. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hakozuna.h"
 
@@ -98,6 +100,42 @@ static void *short_lived(void *arg) {
     return NULL;
 }
 
+/* Large blocks grown by realloc, each in a freed mapping larger than it (large.c:
+ * room), and freed; every fourth first waits past the purge delay, so that the other
+ * thread's upkeep purges its room while it may grow into it.  What it held must
+ * survive every step. */
+#define GROW_ROUNDS 24
+static void *grower(void *arg) {
+    uint64_t seed = (uint64_t)(uintptr_t)arg;
+    for (int i = 0; i < GROW_ROUNDS && !atomic_load(&failed); i++) {
+        size_t n = (size_t)7 << 20; /* within twice the size of the last one freed */
+        unsigned char *p = hz_malloc(n);
+        if (p == NULL) {
+            atomic_store(&failed, 1);
+            break;
+        }
+        fill(p, 4096, seed + (uint64_t)i);
+        if (i % 4 == 0) {
+            struct timespec ts = {0, 120 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        while (n < (size_t)13 << 20) {
+            size_t m = n + n / 4;
+            unsigned char *q = hz_realloc(p, m);
+            if (q == NULL) {
+                atomic_store(&failed, 1);
+                break;
+            }
+            if (!check(q, 4096, seed + (uint64_t)i)) atomic_store(&failed, 2);
+            q[m - 1] = 1;
+            p = q;
+            n = m;
+        }
+        hz_free(p);
+    }
+    return NULL;
+}
+
 static void *stats_reader(void *arg) {
     (void)arg;
     struct hz_stats s;
@@ -119,6 +157,10 @@ int main(void) {
         pthread_join(cons[i], NULL);
     }
     pthread_join(reader, NULL);
+
+    pthread_t growers[2];
+    for (int i = 0; i < 2; i++) pthread_create(&growers[i], NULL, grower, (void *)(uintptr_t)(i + 1));
+    for (int i = 0; i < 2; i++) pthread_join(growers[i], NULL);
 
     for (int round = 0; round < 50; round++) {
         void *keep[4][4];
