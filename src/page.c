@@ -152,11 +152,17 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     return page;
 }
 
+/* How many classes above the one asked for a block that grows in place may take
+ * (each 1/8 larger than the last): a class whose blocks are aligned to a large power
+ * of two (512 KiB, 1 MiB) rarely has it where the span starts, the next ones do, and
+ * a block that grew is likely to grow on into the room. */
+#define RESIZE_LARGER_CLASSES 2
+
 /* realloc of p, the one block of its page and in use, to a block of class cls (also
  * of one block per page): the page's span grows into the free units after it, or
- * gives back its tail, and p becomes a block of cls where it is, nothing copied.
- * False when those units are not free or cls's alignment does not hold where the
- * span starts. */
+ * gives back its tail, and p becomes a block of cls, or of a class a little larger
+ * when cls's alignment does not hold where the span starts, where it is, nothing
+ * copied.  False when no such class's units are free. */
 bool hz_page_resize(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
 #if HZ_HARDENED
     (void)heap, (void)page, (void)cls;
@@ -166,7 +172,11 @@ bool hz_page_resize(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
     if ((size_t)hz_class_units[cls] * HZ_UNIT_SIZE >= 2 * (size_t)hz_class_size[cls])
         return false; /* cls has pages of several blocks */
     heap->busy++; /* queues change: a fork from a signal handler must not trust them */
-    bool resized = hz_span_resize(heap, page, hz_class_units[cls], hz_class_align_units[cls]);
+    bool resized = false;
+    for (unsigned last = cls + RESIZE_LARGER_CLASSES;
+         cls <= last && cls < HZ_CLASSES && hz_class_size[cls] <= HZ_MEDIUM_MAX; cls++)
+        if ((resized = hz_span_resize(heap, page, hz_class_units[cls], hz_class_align_units[cls])))
+            break;
     if (resized) {
         if (page->in_queue) { /* its block is out: it is full, as if a refill had seen it */
             bool was_current = heap->current[old] == page;

@@ -17,6 +17,7 @@
 #include "prof.h"
 
 #define HZ_UNIT_NOINLINE __attribute__((noinline))
+#define HZ_UNIT_UNUSED __attribute__((unused))
 
 static int failures;
 #define EXPECT(c, ...)                                                  \
@@ -141,6 +142,13 @@ static void test_lookup(void) {
     EXPECT(after.foreign_frees == before.foreign_frees + 1, "foreign free not counted");
 #endif
     EXPECT(hz_stats_get(NULL, 0) == -1 && errno == EINVAL, "hz_stats_get(NULL)");
+}
+
+/* fn run in a thread of its own: a heap no other test has shaped. */
+static HZ_UNIT_UNUSED void in_own_thread(void *(*fn)(void *)) {
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, fn, NULL) == 0, "pthread_create");
+    pthread_join(t, NULL);
 }
 
 /* Blocks of n bytes into blocks[] until one lands on a second page (at most max);
@@ -301,9 +309,43 @@ static void *retired_span_thread(void *arg) {
  * and so where memory is resident at the offsets they touch, not another class's. */
 static void test_retired_span_reuse(void) {
 #if !HZ_DEBUG && !HZ_HARDENED /* their quarantines hold frees back */
-    pthread_t t; /* a thread of its own: a heap no other test has shaped */
-    EXPECT(pthread_create(&t, NULL, retired_span_thread, NULL) == 0, "pthread_create");
-    pthread_join(t, NULL);
+    in_own_thread(retired_span_thread);
+#endif
+}
+
+#if !HZ_DEBUG && !HZ_HARDENED
+static void *resize_unaligned_thread(void *arg) {
+    (void)arg;
+    char *p = hz_malloc((size_t)300 << 10);
+    EXPECT(p != NULL, "hz_malloc(300 KiB)");
+    if (p == NULL) return NULL;
+    memset(p, 7, (size_t)300 << 10);
+    hz_segment_t *seg = hz_segment_of(p);
+    hz_page_t *page = hz_page_of(seg, CORE_BLOCK(p));
+    unsigned end = page->first_unit + page->units;
+    /* A fresh heap: its first span of several units starts at unit 1, and the units
+     * after it are free. */
+    EXPECT(page->first_unit % 8 != 0 && end + 4 <= HZ_UNITS &&
+               ((seg->free_units >> end) & 0xf) == 0xf,
+           "a 300 KiB block at unit %u of a fresh heap's segment, free units %#llx",
+           page->first_unit, (unsigned long long)seg->free_units);
+    char *q = hz_realloc(p, (size_t)512 << 10);
+    EXPECT(q == p, "a 300 KiB block at unit %u grown to 512 KiB moved: 512 KiB blocks start "
+                   "at multiples of 512 KiB, but a class a little larger fits where it is",
+           page->first_unit);
+    EXPECT(q != NULL && q[0] == 7 && q[((size_t)300 << 10) - 1] == 7, "its bytes were lost");
+    EXPECT(q == NULL || hz_usable_size(q) >= ((size_t)512 << 10), "usable size %zu",
+           q == NULL ? (size_t)0 : hz_usable_size(q));
+    hz_free(q);
+    return NULL;
+}
+#endif
+
+/* A block alone on its page that realloc grows to a class whose alignment its start
+ * lacks grows in place into a class a little larger whose alignment holds there. */
+static void test_resize_unaligned(void) {
+#if !HZ_DEBUG && !HZ_HARDENED /* their realloc moves every block */
+    in_own_thread(resize_unaligned_thread);
 #endif
 }
 
@@ -668,6 +710,7 @@ int main(void) {
     test_kept_pages();
     test_full_page_requeue();
     test_retired_span_reuse();
+    test_resize_unaligned();
     test_reuse_and_zero();
     test_stash();
     test_forked_heap();
@@ -679,7 +722,7 @@ int main(void) {
         fprintf(stderr, "unit_core: %d failure(s)\n", failures);
         return 1;
     }
-    printf("unit_core (%s): size classes, direct tables, lookup, page lengths, kept pages, full page requeue, retired span reuse, reuse, stash, forked heap, bounded fork, sample intervals, unwind: ok\n",
+    printf("unit_core (%s): size classes, direct tables, lookup, page lengths, kept pages, full page requeue, retired span reuse, unaligned resize, reuse, stash, forked heap, bounded fork, sample intervals, unwind: ok\n",
            HZ_VARIANT_NAME);
     return 0;
 }
