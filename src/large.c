@@ -156,15 +156,13 @@ static void room_update(hz_large_t *h, char *end) {
         bool purging = r != NULL && r->since_ms == HZ_STAMP_PURGING;
         if (r != NULL && !purging) {
             char *stop = r->start + r->size;
-            if (end != NULL && end < stop) {
-                if (end > r->start) {
-                    r->size = (size_t)(stop - end);
-                    r->start = end;
-                }
+            if (end == NULL || end >= stop) {
+                *r = rooms[--room_count];
+            } else { /* end is past the room's start: the block only grows into it */
+                r->size = (size_t)(stop - end);
+                r->start = end;
                 r->since_ms = hz_os_now_ms();
-                r = NULL;
             }
-            if (r != NULL) *r = rooms[--room_count];
         }
         hz_lock_release(&large_lock);
         if (!purging) break;
