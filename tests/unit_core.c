@@ -702,6 +702,29 @@ static void test_unwind(void) {
 #endif
 }
 
+/* A class's only page is carved 4 KiB (or four blocks) at a time: a class that
+ * never held more than n blocks touches at most one step beyond them. */
+static void *carve_steps_thread(void *arg) {
+    (void)arg;
+    enum { HELD = 17 };
+    char *blocks[HELD];
+    for (int i = 0; i < HELD; i++) {
+        blocks[i] = hz_malloc(1000);
+        EXPECT(blocks[i] != NULL, "hz_malloc(1000)");
+        if (blocks[i] == NULL) return NULL;
+    }
+    hz_page_t *page = hz_page_of(hz_segment_of(blocks[0]), CORE_BLOCK(blocks[0]));
+    size_t size = page->block_size, step = 4 * size > 4096 ? 4 * size : 4096;
+    size_t carved = (size_t)hz_page_capacity(page) * size;
+    EXPECT(carved <= HELD * size + step,
+           "%d blocks of %zu bytes held: %zu bytes carved from their page, more than a "
+           "step beyond them", (int)HELD, size, carved);
+    for (int i = 0; i < HELD; i++) hz_free(blocks[i]);
+    return NULL;
+}
+
+static void test_carve_steps(void) { in_own_thread(carve_steps_thread); }
+
 int main(void) {
     test_classes();
     test_direct_tables();
@@ -711,6 +734,7 @@ int main(void) {
     test_full_page_requeue();
     test_retired_span_reuse();
     test_resize_unaligned();
+    test_carve_steps();
     test_reuse_and_zero();
     test_stash();
     test_forked_heap();
