@@ -107,7 +107,9 @@ static inline void hz_lock_release(hz_lock_t *l) {
 }
 
 /* ------------------------------------------------------------ size classes */
-extern uint32_t hz_class_size[HZ_CLASSES] HZ_HIDDEN;
+extern uint32_t hz_class_size[HZ_CLASSES] HZ_HIDDEN;  /* the largest request of a class */
+extern uint32_t hz_class_block[HZ_CLASSES] HZ_HIDDEN; /* its blocks' size: a cache line
+                                                          more between 4 and 256 KiB */
 extern uint8_t hz_class_units[HZ_CLASSES] HZ_HIDDEN;       /* a page's span length */
 extern uint8_t hz_class_first_units[HZ_CLASSES] HZ_HIDDEN; /* a class's first page's */
 extern uint8_t hz_class_align_units[HZ_CLASSES] HZ_HIDDEN;

@@ -102,7 +102,7 @@ static uint32_t retire_stamp(void) { return (uint32_t)hz_os_now_ms() + 1; }
 static void page_shape(hz_page_t *page, hz_segment_t *seg, unsigned cls, const char *end) {
     page->cls = (uint8_t)cls;
     for (unsigned u = 0; u < page->units; u++) seg->unit_class[page->first_unit + u] = (uint8_t)cls;
-    page->block_size = hz_class_size[cls];
+    page->block_size = hz_class_block[cls];
     page->reserved = (uint16_t)((size_t)(end - page->start) / page->block_size);
     page->block_mul = UINT64_MAX / page->block_size + 1 +
                       ((page->block_size & (page->block_size - 1)) == 0); /* see hz_block_rank */
@@ -135,7 +135,7 @@ static hz_page_t *page_new(hz_heap_t *heap, unsigned cls) {
     if (page->first_unit + page->units == HZ_UNITS) {
         size_t ps = hz_os_page_size();
         char *guard = end - ps;
-        if (guard - page->start >= (ptrdiff_t)hz_class_size[cls]) {
+        if (guard - page->start >= (ptrdiff_t)hz_class_block[cls]) {
             hz_os_guard(guard, ps);
             end = guard;
         } else {
@@ -166,7 +166,7 @@ bool hz_page_resize(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
     return false; /* the span may end at its segment's guard page */
 #else
     unsigned old = page->cls;
-    if ((size_t)hz_class_units[cls] * HZ_UNIT_SIZE >= 2 * (size_t)hz_class_size[cls])
+    if ((size_t)hz_class_units[cls] * HZ_UNIT_SIZE >= 2 * (size_t)hz_class_block[cls])
         return false; /* cls has pages of several blocks */
     heap->busy++; /* queues change: a fork from a signal handler must not trust them */
     bool resized = false;

@@ -340,7 +340,7 @@ static void publish(struct hz_shm_segment *s, bool final) {
     STORE(c->last_publish_unix_ns, clock_ns(CLOCK_REALTIME));
     STORE(c->last_publish_mono_ns, clock_ns(CLOCK_MONOTONIC));
     for (unsigned k = 1; k < HZ_CLASSES; k++) {
-        STORE(s->classes[k].size, (uint64_t)hz_class_size[k]);
+        STORE(s->classes[k].size, (uint64_t)hz_class_block[k]);
         STORE(s->classes[k].mallocs, snap.mallocs[k]);
         STORE(s->classes[k].frees, snap.frees[k]);
     }

@@ -2,6 +2,7 @@
 #include "internal.h"
 
 uint32_t hz_class_size[HZ_CLASSES];
+uint32_t hz_class_block[HZ_CLASSES];
 uint8_t hz_class_units[HZ_CLASSES];
 uint8_t hz_class_first_units[HZ_CLASSES];
 uint8_t hz_class_align_units[HZ_CLASSES];
@@ -41,10 +42,21 @@ static uint8_t page_units(uint32_t size) {
 
 static size_t pow2_divisor(size_t x) { return x & (~x + 1); }
 
+/* Blocks of 4-256 KiB whose size is a multiple of 512 bytes or more start on a few
+ * of the caches' sets (a multiple of 4 KiB: on one), and a program touching their
+ * first bytes evicts its own lines; 64 bytes more between blocks spreads them over
+ * every set.  Powers of two keep their size, and with it the alignment that
+ * aligned_alloc takes them for.  The 64 bytes are the block's: usable, not lost. */
+static uint32_t block_size(uint32_t size) {
+    bool padded = size > 4096 && size < (256u << 10) && (size & (size - 1)) != 0;
+    return padded ? size + HZ_CACHE_LINE : size;
+}
+
 void hz_sizeclass_init(void) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
-        uint32_t size = class_size_formula(c);
-        hz_class_size[c] = size;
+        uint32_t largest = class_size_formula(c), size = block_size(largest);
+        hz_class_size[c] = largest;
+        hz_class_block[c] = size;
         hz_class_units[c] = page_units(size);
         hz_class_first_units[c] = first_page_units(size);
         /* Spans start at a multiple of the largest power of two dividing the block
@@ -60,7 +72,7 @@ void hz_sizeclass_init(void) {
 static size_t class_block_alignment(unsigned c) {
     size_t start = hz_class_first_units[c] == 1 ? pow2_divisor(HZ_SEGMENT_HEADER)
                                           : (size_t)hz_class_align_units[c] * HZ_UNIT_SIZE;
-    size_t block = pow2_divisor(hz_class_size[c]);
+    size_t block = pow2_divisor(hz_class_block[c]);
     return block < start ? block : start;
 }
 

@@ -14,7 +14,7 @@
 void hz_stash_init(hz_heap_t *heap) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
         heap->stash[c].list.cls = (uint8_t)c;
-        heap->stash[c].list.block_size = hz_class_size[c];
+        heap->stash[c].list.block_size = hz_class_block[c];
         heap->stash[c].list.free = HZ_LIST_EMPTY;
     }
 }

@@ -69,7 +69,7 @@ void hz_stats_snapshot(hz_stats_snapshot_t *snap) {
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
         s.mallocs += m.mallocs[c];
         s.frees += m.frees[c];
-        if (m.mallocs[c] > m.frees[c]) in_use += (m.mallocs[c] - m.frees[c]) * hz_class_size[c];
+        if (m.mallocs[c] > m.frees[c]) in_use += (m.mallocs[c] - m.frees[c]) * hz_class_block[c];
     }
     s.mallocs += hz_gstat_load(large_allocs);
     s.frees += hz_gstat_load(large_frees);

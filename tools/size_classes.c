@@ -10,18 +10,18 @@ int main(void) {
            "worst waste per block | page tail |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (unsigned c = 1; c < HZ_CLASSES; c++) {
-        size_t size = hz_class_size[c];
+        size_t size = hz_class_block[c], largest = hz_class_size[c];
         size_t smallest = c == 1 ? 1 : (size_t)hz_class_size[c - 1] + 1;
         size_t page = (size_t)hz_class_units[c] * HZ_UNIT_SIZE;
         size_t first = (size_t)hz_class_first_units[c] * HZ_UNIT_SIZE;
         size_t blocks = page / size, tail = page - blocks * size;
-        if (hz_size_class(smallest) != c || hz_size_class(size) != c) {
+        if (hz_size_class(smallest) != c || hz_size_class(largest) != c) {
             fprintf(stderr, "size_classes: class %u does not serve %zu..%zu\n", c, smallest,
-                    size);
+                    largest);
             return 1;
         }
         printf("| %u | %zu | %zu..%zu | %zu KiB | %zu KiB | %zu | %zu B (%.1f %%) | %zu B (%.1f %%) |\n",
-               c, size, smallest, size, first >> 10, page >> 10, blocks, size - smallest,
+               c, size, smallest, largest, first >> 10, page >> 10, blocks, size - smallest,
                100.0 * (double)(size - smallest) / (double)size, tail,
                100.0 * (double)tail / (double)page);
     }
