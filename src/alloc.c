@@ -469,11 +469,18 @@ HZ_INLINE void *realloc_stays(const hz_page_t *page, void *p) {
  * after its span are free. */
 static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *p,
                                         size_t size) {
-    if (page->reserved == 1 && size <= HZ_MEDIUM_MAX) {
+    bool alone = page->reserved == 1;
+    if (alone && size <= HZ_MEDIUM_MAX) {
         (void)realloc_stays(page, p); /* in use (not freed and then reallocated) */
         if (hz_page_resize(heap, page, hz_size_class(size))) return p;
     }
-    void *q = realloc_new_block(size);
+    /* Such a block that has to move to grow past 1 MiB takes a mapping, with room
+     * (large.c), and grows on there in place; in the classes up to 2 MiB it would be
+     * copied again when it outgrew them. */
+    bool zero;
+    void *q = alone && size > page->block_size && size > HZ_MEDIUM_MAX / 2
+                  ? large_alloc(size, 0, true, &zero)
+                  : realloc_new_block(size);
     if (q == NULL) return NULL;
     size_t usable = page->block_size; /* read after the allocation: no register kept */
     memcpy(q, p, usable < size ? usable : size);

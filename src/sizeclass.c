@@ -30,11 +30,11 @@ static uint8_t span_units(uint32_t size, size_t min_blocks) {
  * with 8, a page ran dry while its class's free blocks sat on other pages, and one
  * 2-32 KiB malloc in fourteen took the slow path. */
 static uint8_t first_page_units(uint32_t size) {
-    return span_units(size, size > (256u << 10) ? 1 : size > (32u << 10) ? 4 : 8);
+    return span_units(size, size > HZ_ALONE_MIN ? 1 : size > (32u << 10) ? 4 : 8);
 }
 
 static uint8_t page_units(uint32_t size) {
-    return span_units(size, size > (256u << 10)   ? 1
+    return span_units(size, size > HZ_ALONE_MIN   ? 1
                             : size > (128u << 10) ? 4
                             : size > (32u << 10)  ? 8
                                                   : 32);

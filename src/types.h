@@ -181,6 +181,7 @@ static const unsigned hz_segment_cache_slots = HZ_SEGMENT_CACHE;
 #define HZ_DIRECT_MID_MAX 65536
 #define HZ_DIRECT_MID_SLOTS (HZ_DIRECT_MID_MAX / 256 + 1)
 #define HZ_MEDIUM_MAX ((size_t)2 << 20)        /* larger requests are "large" */
+#define HZ_ALONE_MIN (256u << 10)              /* a block above it has a page to itself */
 #define HZ_CLASSES 121                         /* class 0 unused; 1..120 */
 #define HZ_ALIGNED_CLASS_MAX HZ_MEDIUM_MAX     /* larger alignments go to the large path */
 

@@ -711,6 +711,38 @@ static void test_unwind(void) {
 #endif
 }
 
+#if !HZ_DEBUG && !HZ_HARDENED /* their realloc moves every block */
+/* A block alone on its page that has to move to grow past 1 MiB goes to a mapping
+ * and stays one as it grows on: it is not copied into the 2 MiB classes and out
+ * of them again. */
+static void *grow_to_mapping_thread(void *arg) {
+    (void)arg;
+    const size_t kib = 1024;
+    hz_trim(); /* no cached mapping: the move maps what it needs, with no room */
+    char *a = hz_malloc(300 * kib), *b = hz_malloc(300 * kib); /* b right after a */
+    EXPECT(a != NULL && b != NULL, "hz_malloc(300 KiB)");
+    if (a == NULL || b == NULL) return NULL;
+    memset(a, 5, 300 * kib);
+    char *q = hz_realloc(a, 1200 * kib);
+    EXPECT(q != NULL && hz_segmap_kind((uintptr_t)q) == HZ_SEG_LARGE,
+           "a 300 KiB block that moved to grow to 1200 KiB is not a mapping");
+    if (q == NULL) return NULL;
+    char *r = hz_realloc(q, 1900 * kib);
+    EXPECT(r != NULL && hz_segmap_kind((uintptr_t)r) == HZ_SEG_LARGE,
+           "a mapped block grown from 1200 to 1900 KiB went back to the size classes");
+    EXPECT(r == NULL || (r[0] == 5 && r[300 * kib - 1] == 5), "its bytes were lost");
+    hz_free(r != NULL ? r : q);
+    hz_free(b);
+    return NULL;
+}
+#endif
+
+static void test_grow_to_mapping(void) {
+#if !HZ_DEBUG && !HZ_HARDENED
+    in_own_thread(grow_to_mapping_thread);
+#endif
+}
+
 /* A class's only page is carved 4 KiB (or four blocks) at a time: a class that
  * never held more than n blocks touches at most one step beyond them. */
 static void *carve_steps_thread(void *arg) {
@@ -744,6 +776,7 @@ int main(void) {
     test_retired_span_reuse();
     test_resize_unaligned();
     test_carve_steps();
+    test_grow_to_mapping();
     test_reuse_and_zero();
     test_stash();
     test_forked_heap();
