@@ -414,15 +414,17 @@ size_t hz_usable_size_impl(const void *p) {
 }
 
 /* The block a realloc moves to.  One past HZ_MEDIUM_MAX has grown out of the size
- * classes, and will likely grow on: it takes any cached mapping that holds it. */
-static void *realloc_new_block(size_t size) {
+ * classes, and will likely grow on: it takes any cached mapping that holds it, as
+ * does one the caller sends to a mapping (`mapped`). */
+static void *realloc_new_block(size_t size, bool mapped) {
     bool zero;
-    return size > HZ_MEDIUM_MAX ? large_alloc(size, 0, true, &zero) : hz_alloc_fast(size);
+    return mapped || size > HZ_MEDIUM_MAX ? large_alloc(size, 0, true, &zero)
+                                          : hz_alloc_fast(size);
 }
 
 /* Out of line, so that a realloc that stays saves no registers. */
 static HZ_NOINLINE void *move_block(void *p, size_t old_usable, size_t size) {
-    void *q = realloc_new_block(size);
+    void *q = realloc_new_block(size, false);
     if (q == NULL) return NULL;
     memcpy(q, p, old_usable < size ? old_usable : size);
     hz_free_fast(p);
@@ -477,10 +479,8 @@ static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *
     /* Such a block that has to move to grow past 1 MiB takes a mapping, with room
      * (large.c), and grows on there in place; in the classes up to 2 MiB it would be
      * copied again when it outgrew them. */
-    bool zero;
-    void *q = alone && size > page->block_size && size > HZ_MEDIUM_MAX / 2
-                  ? large_alloc(size, 0, true, &zero)
-                  : realloc_new_block(size);
+    bool mapped = alone && size > page->block_size && size > HZ_MEDIUM_MAX / 2;
+    void *q = realloc_new_block(size, mapped);
     if (q == NULL) return NULL;
     size_t usable = page->block_size; /* read after the allocation: no register kept */
     memcpy(q, p, usable < size ? usable : size);

@@ -365,7 +365,7 @@ void *hz_large_realloc(hz_large_t *h, size_t size) {
     /* A block that grows stays a mapping, whatever its size, and so does one that
      * shrinks while it would have a page to itself in the size classes; below that
      * it goes back to them (the caller copies). */
-    bool to_classes = size <= HZ_MEDIUM_MAX && size < h->usable && size <= HZ_ALONE_MIN;
+    bool to_classes = size < h->usable && size <= HZ_ALONE_MIN;
     if (offset != HZ_LARGE_HEADER || to_classes) return NULL;
     room_update(h, NULL); /* cut or moved with the block */
     char *base = h->base;

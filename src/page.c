@@ -170,8 +170,7 @@ bool hz_page_resize(hz_heap_t *heap, hz_page_t *page, unsigned cls) {
         return false; /* cls has pages of several blocks */
     heap->busy++; /* queues change: a fork from a signal handler must not trust them */
     bool resized = false;
-    for (unsigned last = cls + RESIZE_LARGER_CLASSES;
-         cls <= last && cls < HZ_CLASSES && hz_class_size[cls] <= HZ_MEDIUM_MAX; cls++)
+    for (unsigned last = cls + RESIZE_LARGER_CLASSES; cls <= last && cls < HZ_CLASSES; cls++)
         if ((resized = hz_span_resize(heap, page, hz_class_units[cls], hz_class_align_units[cls])))
             break;
     if (resized) {

@@ -48,7 +48,7 @@ static size_t pow2_divisor(size_t x) { return x & (~x + 1); }
  * every set.  Powers of two keep their size, and with it the alignment that
  * aligned_alloc takes them for.  The 64 bytes are the block's: usable, not lost. */
 static uint32_t block_size(uint32_t size) {
-    bool padded = size > 4096 && size < (256u << 10) && (size & (size - 1)) != 0;
+    bool padded = size > 4096 && size <= HZ_ALONE_MIN && (size & (size - 1)) != 0;
     return padded ? size + HZ_CACHE_LINE : size;
 }
 
