@@ -413,18 +413,23 @@ size_t hz_usable_size_impl(const void *p) {
     return h != NULL ? h->usable : 0;
 }
 
-/* The block a realloc moves to.  One past HZ_MEDIUM_MAX has grown out of the size
- * classes, and will likely grow on: it takes any cached mapping that holds it, as
- * does one the caller sends to a mapping (`mapped`). */
-static void *realloc_new_block(size_t size, bool mapped) {
-    bool zero;
-    return mapped || size > HZ_MEDIUM_MAX ? large_alloc(size, 0, true, &zero)
-                                          : hz_alloc_fast(size);
+/* The block a realloc of a block of old_usable bytes moves to.  One that grows past
+ * HZ_ALONE_MIN will likely grow on: it takes a mapping, with room if one is cached,
+ * and grows there in place (large.c), where in the size classes it would be copied
+ * again each time it outgrew its span.  Without a mapping (the kernel's limit on
+ * mappings), the classes take it up to HZ_MEDIUM_MAX. */
+static void *realloc_new_block(size_t size, size_t old_usable) {
+    if (size > HZ_ALONE_MIN && size > old_usable) {
+        bool zero;
+        void *q = large_alloc(size, 0, true, &zero);
+        if (q != NULL || size > HZ_MEDIUM_MAX) return q;
+    }
+    return hz_alloc_fast(size);
 }
 
 /* Out of line, so that a realloc that stays saves no registers. */
 static HZ_NOINLINE void *move_block(void *p, size_t old_usable, size_t size) {
-    void *q = realloc_new_block(size, false);
+    void *q = realloc_new_block(size, old_usable);
     if (q == NULL) return NULL;
     memcpy(q, p, old_usable < size ? old_usable : size);
     hz_free_fast(p);
@@ -476,11 +481,7 @@ static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *
         (void)realloc_stays(page, p); /* in use (not freed and then reallocated) */
         if (hz_page_resize(heap, page, hz_size_class(size))) return p;
     }
-    /* Such a block that has to move to grow past 1 MiB takes a mapping, with room
-     * (large.c), and grows on there in place; in the classes up to 2 MiB it would be
-     * copied again when it outgrew them. */
-    bool mapped = alone && size > page->block_size && size > HZ_MEDIUM_MAX / 2;
-    void *q = realloc_new_block(size, mapped);
+    void *q = realloc_new_block(size, page->block_size);
     if (q == NULL) return NULL;
     size_t usable = page->block_size; /* read after the allocation: no register kept */
     memcpy(q, p, usable < size ? usable : size);

@@ -1,5 +1,6 @@
-/* large.c - blocks above HZ_MEDIUM_MAX: one mapping each, with a header at its
- * segment-aligned base, and a bounded process-wide cache of freed mappings.
+/* large.c - blocks above HZ_MEDIUM_MAX, and those realloc grew past HZ_ALONE_MIN:
+ * one mapping each, with a header at its segment-aligned base, and a bounded
+ * process-wide cache of freed mappings.
  *
  * A cached mapping stays resident for HZ_PURGE_DELAY_MS to one more, the time-based
  * policy of freed pages (segment.c); then upkeep purges it and it stays cached,

@@ -712,13 +712,22 @@ static void test_unwind(void) {
 }
 
 #if !HZ_DEBUG && !HZ_HARDENED /* their realloc moves every block */
-/* A block alone on its page that has to move to grow past 1 MiB goes to a mapping
- * and stays one as it grows on: it is not copied into the 2 MiB classes and out
- * of them again. */
+/* A block that has to move to grow past 256 KiB goes to a mapping and stays one as
+ * it grows on: it is not copied from span to span through the classes up to 2 MiB. */
 static void *grow_to_mapping_thread(void *arg) {
     (void)arg;
     const size_t kib = 1024;
-    hz_trim(); /* no cached mapping: the move maps what it needs, with no room */
+    hz_trim(); /* no cached mapping: the moves map what they need, with no room */
+    char *c = hz_malloc(200 * kib); /* a block of a class with pages of several */
+    EXPECT(c != NULL, "hz_malloc(200 KiB)");
+    if (c == NULL) return NULL;
+    memset(c, 6, 200 * kib);
+    char *m = hz_realloc(c, 300 * kib);
+    EXPECT(m != NULL && hz_segmap_kind((uintptr_t)m) == HZ_SEG_LARGE,
+           "a 200 KiB block grown to 300 KiB is not a mapping");
+    EXPECT(m == NULL || (m[0] == 6 && m[200 * kib - 1] == 6), "its bytes were lost");
+    hz_free(m != NULL ? m : c);
+    hz_trim();
     char *a = hz_malloc(300 * kib), *b = hz_malloc(300 * kib); /* b right after a */
     EXPECT(a != NULL && b != NULL, "hz_malloc(300 KiB)");
     if (a == NULL || b == NULL) return NULL;
