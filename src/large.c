@@ -344,6 +344,32 @@ static void large_set_usable(hz_large_t *h, size_t usable) {
 }
 #endif
 
+#if !HZ_HARDENED
+/* h's mapping made size bytes long, where it is or moved onto a new reservation
+ * (page tables, no copy): its new base, or NULL with h as it was. */
+static char *resize_mapping(hz_large_t *h, size_t size) {
+    if (hz_os_resize_in_place(h->base, h->map_size, size)) return h->base;
+    char *target = hz_os_reserve(size, HZ_SEGMENT_SIZE);
+    if (target == NULL) return NULL;
+    if (!hz_segmap_prepare(target)) {
+        hz_os_unmap(target, size, 0);
+        return NULL;
+    }
+    size_t offset = (size_t)((char *)h->user - h->base);
+    hz_segmap_set(h, HZ_SEG_NONE);
+    char *base = hz_os_move(h->base, h->map_size, size, target);
+    if (base == NULL) {
+        hz_os_unmap(target, size, 0);
+        hz_segmap_set(h, HZ_SEG_LARGE);
+        return NULL;
+    }
+    h = (hz_large_t *)base;
+    h->base = base;
+    h->user = base + offset;
+    return base;
+}
+#endif
+
 /* Resize a large block in place when the mapping allows, else move its pages. */
 void *hz_large_realloc(hz_large_t *h, size_t size) {
 #if HZ_HARDENED
@@ -369,26 +395,17 @@ void *hz_large_realloc(hz_large_t *h, size_t size) {
     bool to_classes = size < h->usable && size <= HZ_ALONE_MIN;
     if (offset != HZ_LARGE_HEADER || to_classes) return NULL;
     room_update(h, NULL); /* cut or moved with the block */
-    char *base = h->base;
-    if (!hz_os_resize_in_place(base, h->map_size, need)) {
-        char *target = hz_os_reserve(need, HZ_SEGMENT_SIZE);
-        if (target == NULL) return NULL;
-        if (!hz_segmap_prepare(target)) {
-            hz_os_unmap(target, need, 0);
-            return NULL;
-        }
-        hz_segmap_set(h, HZ_SEG_NONE);
-        base = hz_os_move(base, h->map_size, need, target);
-        if (base == NULL) {
-            hz_os_unmap(target, need, 0);
-            hz_segmap_set(h, HZ_SEG_LARGE);
-            return NULL;
-        }
-        h = (hz_large_t *)base;
-        h->base = base;
-        h->user = base + offset;
-    }
-    h->map_size = need;
+    /* One that grows past its mapping will likely grow on: the mapping takes a
+     * quarter more address space than it needs, which the block grows into without
+     * a call (untouched, it is not resident), where it is or moved; exactly what it
+     * needs only if the kernel will not give more (vm.overcommit_memory=2). */
+    size_t ahead = size > h->usable ? hz_align_up(need + need / 4, hz_os_page_size()) : need;
+    char *base = resize_mapping(h, ahead);
+    size_t map = ahead;
+    if (base == NULL && ahead != need) base = resize_mapping(h, map = need);
+    if (base == NULL) return NULL;
+    h = (hz_large_t *)base;
+    h->map_size = map;
     large_set_usable(h, need - offset);
     hz_segmap_set(h, HZ_SEG_LARGE);
     return h->user;

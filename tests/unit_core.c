@@ -740,6 +740,16 @@ static void *grow_to_mapping_thread(void *arg) {
     EXPECT(r != NULL && hz_segmap_kind((uintptr_t)r) == HZ_SEG_LARGE,
            "a mapped block grown from 1200 to 1900 KiB went back to the size classes");
     EXPECT(r == NULL || (r[0] == 5 && r[300 * kib - 1] == 5), "its bytes were lost");
+    /* Grown past its mapping, the mapping took address space ahead: the next step
+     * grows into it, in place and without a call. */
+    hz_large_t *h = r != NULL ? hz_large_header(CORE_BLOCK(r)) : NULL;
+    size_t mapped = h != NULL ? h->map_size : 0;
+    EXPECT(mapped >= 1900 * kib + 1900 * kib / 4,
+           "a mapping grown to 1900 KiB maps %zu KiB, no room ahead", mapped / kib);
+    char *s = r != NULL ? hz_realloc(r, 2100 * kib) : NULL;
+    EXPECT(s == NULL || (s == r && hz_large_header(CORE_BLOCK(s))->map_size == mapped),
+           "grown from 1900 to 2100 KiB, the block moved or its mapping changed");
+    if (s != NULL) r = s;
     hz_free(r != NULL ? r : q);
     hz_free(b);
     return NULL;
