@@ -413,18 +413,20 @@ size_t hz_usable_size_impl(const void *p) {
     return h != NULL ? h->usable : 0;
 }
 
-/* The block a realloc of a block of old_usable bytes moves to.  One that grows past
- * HZ_ALONE_MIN will likely grow on: it takes a mapping, with room if one is cached,
- * and grows there in place (large.c), where in the size classes it would be copied
- * again each time it outgrew its span.  Without a mapping (the kernel's limit on
- * mappings), the classes take it up to HZ_MEDIUM_MAX. */
+/* A block that grows past HZ_ALONE_MIN will likely grow on: it takes a mapping,
+ * with room if one is cached, and grows there in place (large.c), where in the size
+ * classes it would be copied again each time it outgrew its span.  Without a
+ * mapping (the kernel's limit on mappings), the classes take it up to HZ_MEDIUM_MAX.
+ * Out of line, so that a move within the classes saves no registers. */
+static HZ_NOINLINE void *realloc_mapping(size_t size) {
+    bool zero;
+    void *q = large_alloc(size, 0, true, &zero);
+    return q != NULL || size > HZ_MEDIUM_MAX ? q : hz_alloc_fast(size);
+}
+
+/* The block a realloc of a block of old_usable bytes moves to. */
 static void *realloc_new_block(size_t size, size_t old_usable) {
-    if (size > HZ_ALONE_MIN && size > old_usable) {
-        bool zero;
-        void *q = large_alloc(size, 0, true, &zero);
-        if (q != NULL || size > HZ_MEDIUM_MAX) return q;
-    }
-    return hz_alloc_fast(size);
+    return size > HZ_ALONE_MIN && size > old_usable ? realloc_mapping(size) : hz_alloc_fast(size);
 }
 
 /* Out of line, so that a realloc that stays saves no registers. */
