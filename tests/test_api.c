@@ -763,24 +763,24 @@ static int exhaustion_child(void)
     return freed > 0 ? 0 : 3;
 }
 
-/* Runs child() in a child process (whose limits die with it); its wait status. */
-static int in_child(int (*child)(void))
+/* Runs child() in a child process (whose limits die with it), which must exit 0;
+ * `what` says what its other exits mean. */
+static void expect_child_ok(int (*child)(void), const char *what)
 {
     pid_t pid = fork();
     CHECK(pid >= 0, "fork failed");
     if (pid == 0)
         _exit(child());
-    return hz_test_wait_child(pid, 120000);
+    int st = hz_test_wait_child(pid, 120000);
+    CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %#x", what, (unsigned)st);
 }
 
 static void test_exhaustion(void)
 {
-    int st = in_child(exhaustion_child);
-    CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-          "exhaustion child: status %#x (exit 3: the cap did not bite; 4: malloc(100) "
-          "refused after blocks of that size were freed; 5: 40 MiB refused after "
-          "everything was freed; 6: a malloc that succeeded set errno; a signal: crashed)",
-          (unsigned)st);
+    expect_child_ok(exhaustion_child,
+                    "exhaustion child (exit 3: the cap did not bite; 4: malloc(100) refused "
+                    "after blocks of that size were freed; 5: 40 MiB refused after everything "
+                    "was freed; 6: a malloc that succeeded set errno; a signal: crashed)");
 }
 
 /* In a child: hakozuna keeps memory mapped after frees (empty segments, pages held
@@ -826,10 +826,48 @@ static void test_reclaim_for_large(void)
 {
     if (!hz_loaded)
         return;
-    int st = in_child(reclaim_child);
-    CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-          "reclaim child: status %#x (exit 2: setup failed; 3: a large block that fits once "
-          "the allocator gives back what it keeps was refused)", (unsigned)st);
+    expect_child_ok(reclaim_child, "reclaim child (exit 2: setup failed; 3: a large block "
+                                   "that fits once the allocator gives back what it keeps "
+                                   "was refused)");
+}
+
+/* In a child with no address space left to map: a block that realloc grows past
+ * 256 KiB, which would move to a mapping of its own, goes to the size classes,
+ * whose segment has the room, instead of failing.  Exit status: 2 setup, 3 the
+ * realloc failed, 4 its bytes were lost. */
+static int realloc_unmappable_child(void)
+{
+    const size_t kib = 1024;
+    char *p = malloc(opaque(200 * kib));
+    if (p == NULL)
+        return 2;
+    memset(p, 3, 200 * kib);
+    char status[8192];
+    const char *vm = NULL;
+    if (hz_test_read_file("/proc/self/status", status, sizeof status) <= 0 ||
+        (vm = strstr(status, "VmSize:")) == NULL)
+        return 2;
+    size_t vmsize = strtoul(vm + 7, NULL, 10) << 10;
+    struct rlimit rl = {vmsize, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+        return 2;
+    char *q = realloc(p, opaque(300 * kib));
+    if (q == NULL)
+        return 3;
+    if (q[0] != 3 || q[200 * kib - 1] != 3)
+        return 4;
+    memset(q, 4, 300 * kib);
+    free(q);
+    return 0;
+}
+
+static void test_realloc_unmappable(void)
+{
+    if (!hz_loaded)
+        return;
+    expect_child_ok(realloc_unmappable_child,
+                    "realloc-unmappable child (exit 2: setup failed; 3: a block grown past "
+                    "256 KiB was refused although its segment had room; 4: its bytes were lost)");
 }
 
 /* The quarantines of the checked and hardened variants hold freed blocks up to a
@@ -1157,6 +1195,7 @@ int main(void)
     test_calloc_fresh_faults();
     test_exhaustion(); /* early: memory freed by earlier tests would soften the cap */
     test_reclaim_for_large();
+    test_realloc_unmappable();
     test_malloc_zero();
     test_malloc_sizes();
     test_errors();
