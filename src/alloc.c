@@ -415,10 +415,13 @@ size_t hz_usable_size_impl(const void *p) {
 
 /* A block that grows past HZ_ALONE_MIN will likely grow on: it takes a mapping,
  * with room if one is cached, and grows there in place (large.c), where in the size
- * classes it would be copied again each time it outgrew its span.  Without a
- * mapping (the kernel's limit on mappings), the classes take it up to HZ_MEDIUM_MAX.
- * Out of line, so that a move within the classes saves no registers. */
+ * classes it would be copied again each time it outgrew its span.  Up to
+ * HZ_MEDIUM_MAX, the classes take it when the process holds many mappings already or
+ * the kernel refuses one.  Out of line, so that a move within the classes saves no
+ * registers. */
 static HZ_NOINLINE void *realloc_mapping(size_t size) {
+    uint64_t live = hz_gstat_load(large_allocs) - hz_gstat_load(large_frees);
+    if (size <= HZ_MEDIUM_MAX && live >= HZ_REALLOC_MAPPINGS_MAX) return hz_alloc_fast(size);
     bool zero;
     void *q = large_alloc(size, 0, true, &zero);
     return q != NULL || size > HZ_MEDIUM_MAX ? q : hz_alloc_fast(size);

@@ -182,6 +182,10 @@ static const unsigned hz_segment_cache_slots = HZ_SEGMENT_CACHE;
 #define HZ_DIRECT_MID_SLOTS (HZ_DIRECT_MID_MAX / 256 + 1)
 #define HZ_MEDIUM_MAX ((size_t)2 << 20)        /* larger requests are "large" */
 #define HZ_ALONE_MIN (256u << 10)              /* a block above it has a page to itself */
+/* Live large blocks beyond which a block realloc grows past HZ_ALONE_MIN stays in the
+ * size classes instead of taking a mapping: the kernel's limit on mappings per
+ * process (vm.max_map_count, 65,530 by default) is the program's too. */
+#define HZ_REALLOC_MAPPINGS_MAX 4096
 #define HZ_CLASSES 121                         /* class 0 unused; 1..120 */
 #define HZ_ALIGNED_CLASS_MAX HZ_MEDIUM_MAX     /* larger alignments go to the large path */
 

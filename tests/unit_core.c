@@ -727,6 +727,16 @@ static void *grow_to_mapping_thread(void *arg) {
            "a 200 KiB block grown to 300 KiB is not a mapping");
     EXPECT(m == NULL || (m[0] == 6 && m[200 * kib - 1] == 6), "its bytes were lost");
     hz_free(m != NULL ? m : c);
+    /* ...unless the process holds many mappings already: the kernel's limit on them
+     * is the program's too. */
+    hz_gstat_add(large_allocs, HZ_REALLOC_MAPPINGS_MAX);
+    c = hz_malloc(200 * kib);
+    m = c != NULL ? hz_realloc(c, 300 * kib) : NULL;
+    hz_gstat_sub(large_allocs, HZ_REALLOC_MAPPINGS_MAX);
+    EXPECT(m != NULL && hz_segmap_kind((uintptr_t)m) != HZ_SEG_LARGE,
+           "with %d large blocks live, a 200 KiB block grown to 300 KiB took a mapping",
+           HZ_REALLOC_MAPPINGS_MAX);
+    hz_free(m != NULL ? m : c);
     hz_trim();
     char *a = hz_malloc(300 * kib), *b = hz_malloc(300 * kib); /* b right after a */
     EXPECT(a != NULL && b != NULL, "hz_malloc(300 KiB)");
