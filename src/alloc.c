@@ -422,9 +422,12 @@ size_t hz_usable_size_impl(const void *p) {
 static HZ_NOINLINE void *realloc_mapping(size_t size) {
     uint64_t live = hz_gstat_load(large_allocs) - hz_gstat_load(large_frees);
     if (size <= HZ_MEDIUM_MAX && live >= HZ_REALLOC_MAPPINGS_MAX) return hz_alloc_fast(size);
+    int errno_before = errno;
     bool zero;
     void *q = large_alloc(size, 0, true, &zero);
-    return q != NULL || size > HZ_MEDIUM_MAX ? q : hz_alloc_fast(size);
+    if (q != NULL || size > HZ_MEDIUM_MAX) return q;
+    errno = errno_before; /* the classes may yet serve it; if not, they set ENOMEM */
+    return hz_alloc_fast(size);
 }
 
 /* The block a realloc of a block of old_usable bytes moves to. */

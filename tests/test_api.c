@@ -833,8 +833,8 @@ static void test_reclaim_for_large(void)
 
 /* In a child with no address space left to map: a block that realloc grows past
  * 256 KiB, which would move to a mapping of its own, goes to the size classes,
- * whose segment has the room, instead of failing.  Exit status: 2 setup, 3 the
- * realloc failed, 4 its bytes were lost. */
+ * whose segment has the room, instead of failing, and leaves errno alone.  Exit
+ * status: 2 setup, 3 the realloc failed, 4 its bytes were lost, 5 errno set. */
 static int realloc_unmappable_child(void)
 {
     const size_t kib = 1024;
@@ -851,11 +851,14 @@ static int realloc_unmappable_child(void)
     struct rlimit rl = {vmsize, RLIM_INFINITY};
     if (setrlimit(RLIMIT_AS, &rl) != 0)
         return 2;
+    errno = 0;
     char *q = realloc(p, opaque(300 * kib));
     if (q == NULL)
         return 3;
     if (q[0] != 3 || q[200 * kib - 1] != 3)
         return 4;
+    if (errno != 0)
+        return 5;
     memset(q, 4, 300 * kib);
     free(q);
     return 0;
@@ -867,7 +870,8 @@ static void test_realloc_unmappable(void)
         return;
     expect_child_ok(realloc_unmappable_child,
                     "realloc-unmappable child (exit 2: setup failed; 3: a block grown past "
-                    "256 KiB was refused although its segment had room; 4: its bytes were lost)");
+                    "256 KiB was refused although its segment had room; 4: its bytes were lost; "
+                    "5: the realloc that succeeded set errno)");
 }
 
 /* The quarantines of the checked and hardened variants hold freed blocks up to a
