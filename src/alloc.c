@@ -420,8 +420,8 @@ size_t hz_usable_size_impl(const void *p) {
  * the kernel refuses one.  Out of line, so that a move within the classes saves no
  * registers. */
 static HZ_NOINLINE void *realloc_mapping(size_t size) {
-    uint64_t live = hz_gstat_load(large_allocs) - hz_gstat_load(large_frees);
-    if (size <= HZ_MEDIUM_MAX && live >= HZ_REALLOC_MAPPINGS_MAX) return hz_alloc_fast(size);
+    if (size <= HZ_MEDIUM_MAX && hz_large_live() >= HZ_REALLOC_MAPPINGS_MAX)
+        return hz_alloc_fast(size);
     int errno_before = errno;
     bool zero;
     void *q = large_alloc(size, 0, true, &zero);
@@ -484,8 +484,7 @@ HZ_INLINE void *realloc_stays(const hz_page_t *page, void *p) {
  * after its span are free. */
 static HZ_NOINLINE void *move_own_block(hz_heap_t *heap, hz_page_t *page, void *p,
                                         size_t size) {
-    bool alone = page->reserved == 1;
-    if (alone && size <= HZ_MEDIUM_MAX) {
+    if (page->reserved == 1 && size <= HZ_MEDIUM_MAX) {
         (void)realloc_stays(page, p); /* in use (not freed and then reallocated) */
         if (hz_page_resize(heap, page, hz_size_class(size))) return p;
     }

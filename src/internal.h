@@ -350,6 +350,10 @@ static inline void *hz_stash_pop(hz_heap_t *heap, unsigned cls) {
  * up: it may retry). */
 void *hz_large_alloc(size_t size, size_t alignment, bool growing, bool *zeroed) HZ_HIDDEN;
 hz_large_t *hz_large_header(const void *p) HZ_HIDDEN;
+/* Large blocks the process holds now (the counters' difference). */
+HZ_INLINE uint64_t hz_large_live(void) {
+    return hz_gstat_load(large_allocs) - hz_gstat_load(large_frees);
+}
 /* The large block whose first segment holds p, at its start or not, or NULL. */
 hz_large_t *hz_large_holding(const void *p) HZ_HIDDEN;
 /* A sampled block's leaving the heap profile is its caller's (alloc.c): the profile

@@ -100,7 +100,7 @@ struct mallinfo2 hz_mallinfo2_impl(void) {
     memset(&mi, 0, sizeof mi);
     hz_stats_get(&s, sizeof s);
     mi.arena = s.bytes_mapped;
-    mi.hblks = (size_t)hz_gstat_load(large_allocs) - (size_t)hz_gstat_load(large_frees);
+    mi.hblks = (size_t)hz_large_live();
     mi.hblkhd = (size_t)hz_gstat_load(large_bytes);
     mi.uordblks = s.bytes_in_use;
     mi.fordblks = s.bytes_mapped > s.bytes_in_use ? s.bytes_mapped - s.bytes_in_use : 0;
@@ -118,10 +118,6 @@ static void stats_line(int fd, const char *name, uint64_t v) {
     hz_os_write_fd(fd, hz_line_end(&l));
 }
 
-static uint64_t large_blocks(void) {
-    return hz_gstat_load(large_allocs) - hz_gstat_load(large_frees);
-}
-
 /* glibc prints one section per arena, then the totals.  hakozuna's per-thread heaps
  * are not arenas a caller could act on, so only the totals are printed: glibc's
  * "system bytes" and "in use bytes" under its "Total (incl. mmap):" heading, then
@@ -137,7 +133,7 @@ void hz_stats_report(int fd) {
     stats_line(fd, "committed bytes", hz_gstat_load(bytes_committed));
     stats_line(fd, "mallocs", s->mallocs);
     stats_line(fd, "frees", s->frees);
-    stats_line(fd, "large blocks", large_blocks());
+    stats_line(fd, "large blocks", hz_large_live());
     stats_line(fd, "large bytes", hz_gstat_load(large_bytes));
     stats_line(fd, "dirty bytes", s->bytes_dirty);
     stats_line(fd, "purged bytes", s->bytes_purged);
@@ -222,7 +218,7 @@ int hz_malloc_info_impl(int options, FILE *fp) {
     xml_system(fp, "<aspace", "total", mapped);
     fputs("</heap>\n", fp);
     xml_total(fp, "small", small_count, small_bytes);
-    xml_total(fp, "mmap", large_blocks(), hz_gstat_load(large_bytes));
+    xml_total(fp, "mmap", hz_large_live(), hz_gstat_load(large_bytes));
     xml_system(fp, "<system", "current", mapped);
     xml_system(fp, "<system", "committed", hz_gstat_load(bytes_committed));
     xml_system(fp, "<aspace", "total", mapped);
