@@ -45,22 +45,25 @@ void hz_set_current(hz_heap_t *heap, unsigned cls, hz_page_t *page) {
 }
 
 /* ------------------------------------------------------------------ pages */
-/* Carve the next blocks of the span into the free list, 16 KiB at a time, so that
- * memory is touched only as it is needed (carving writes every block's link).  A
- * class's only page in the heap, while the class never gave a page back, is carved
- * 4 KiB at a time: every thread holds a page of each class it ever used, and most
- * classes of most threads hold a few blocks, so what a class touches stays within an
- * OS page of the most it ever held.  A class with more pages, or whose pages come
- * and go (blocks sent to other threads), carves in full steps. */
+/* Carve the next blocks of the span into the free list, 16 KiB (at least four
+ * blocks) at a time, so that memory is touched only as it is needed (carving writes
+ * every block's link).  A class's only page in the heap, while the class never gave
+ * a page back, is carved 4 KiB (at least one block) at a time: every thread holds a
+ * page of each class it ever used, and most classes of most threads hold a few
+ * blocks, so what a class touches stays within an OS page of the most it ever held.
+ * A class with more pages, or whose pages come and go (blocks sent to other
+ * threads), carves in full steps: one block at a time, a class filling thousands of
+ * pages of blocks above 4 KiB would take the slow path for each. */
 #define EXTEND_STEP (16u << 10)
 #define EXTEND_FIRST (4u << 10)
 static void page_extend(hz_heap_t *heap, hz_page_t *page) {
     uint32_t size = page->block_size, capacity = hz_page_capacity(page);
     uint32_t n = page->reserved - capacity;
     const hz_page_queue_t *q = &heap->queues[page->cls];
-    uint32_t bytes = q->pages == 1 && q->retired_ms == 0 ? EXTEND_FIRST : EXTEND_STEP;
-    uint32_t want = bytes / size;
-    if (want < 4) want = 4;
+    bool only_page = q->pages == 1 && q->retired_ms == 0;
+    uint32_t want = (only_page ? EXTEND_FIRST : EXTEND_STEP) / size;
+    uint32_t least = only_page ? 1 : 4;
+    if (want < least) want = least;
     if (n > want) n = want;
     char *first = page->start + (size_t)capacity * size;
 #if HZ_HARDENED

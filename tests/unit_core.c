@@ -436,7 +436,8 @@ static void test_stash(void) {}
 static void test_forked_heap(void) {
 #if HZ_HARDENING && !HZ_DEBUG && !HZ_HARDENED
     size_t size = 3000; /* a class no other test allocates */
-    void *a = hz_malloc(size), *b = hz_malloc(size);
+    void *a = hz_malloc(size), *b = hz_malloc(size), *spare = hz_malloc(size);
+    hz_free(spare); /* a block on the page's list, however little of it is carved */
     hz_page_t *page = hz_page_of(hz_segment_of(a), a);
     EXPECT(a != NULL && b != NULL && !hz_list_end(page->free), "no block left on the page");
     if (failures) return;
@@ -772,10 +773,21 @@ static void test_grow_to_mapping(void) {
 #endif
 }
 
-/* A class's only page is carved 4 KiB (or four blocks) at a time: a class that
- * never held more than n blocks touches at most one step beyond them. */
+/* A class's only page is carved 4 KiB (or one block) at a time: a class that never
+ * held more than n blocks touches at most one step beyond them, and a class of blocks
+ * above 4 KiB no block it never handed out. */
 static void *carve_steps_thread(void *arg) {
     (void)arg;
+    for (size_t big = 5000; big <= 30000; big += 25000) {
+        char *b = hz_malloc(big);
+        EXPECT(b != NULL, "hz_malloc(%zu)", big);
+        if (b == NULL) return NULL;
+        hz_page_t *page = hz_page_of(hz_segment_of(b), CORE_BLOCK(b));
+        EXPECT(hz_page_capacity(page) == 1,
+               "one block of %zu bytes held: %u blocks carved from its class's only page",
+               big, (unsigned)hz_page_capacity(page));
+        hz_free(b);
+    }
     enum { HELD = 17 };
     char *blocks[HELD];
     for (int i = 0; i < HELD; i++) {
