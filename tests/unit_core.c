@@ -775,7 +775,7 @@ static void test_grow_to_mapping(void) {
 
 /* A class's only page is carved 4 KiB (or one block) at a time: a class that never
  * held more than n blocks touches at most one step beyond them, and a class of blocks
- * above 4 KiB no block it never handed out. */
+ * above 4 KiB touches no block it never handed out. */
 static void *carve_steps_thread(void *arg) {
     (void)arg;
     for (size_t big = 5000; big <= 30000; big += 25000) {
