@@ -218,6 +218,18 @@ static inline ssize_t hz_test_read_file(const char *path, char *buf, size_t cap)
     return (ssize_t)len;
 }
 
+/* The process's address space in bytes (VmSize in /proc/self/status), or 0: what
+ * the tests that cap RLIMIT_AS start from. */
+static inline size_t hz_test_vm_size(void)
+{
+    char buf[8192];
+    const char *vm;
+    if (hz_test_read_file("/proc/self/status", buf, sizeof buf) <= 0 ||
+        (vm = strstr(buf, "VmSize:")) == NULL)
+        return 0;
+    return (size_t)strtoul(vm + 7, NULL, 10) << 10;
+}
+
 /* Current resident set size in KiB (from /proc/self/statm), or -1. */
 static inline long hz_test_rss_kib(void)
 {

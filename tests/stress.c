@@ -188,14 +188,10 @@ static void churn(unsigned long total) {
  * until malloc fails, free, allocate again. */
 static void oom_child(void) {
     alarm(60);
-    long vm_kib = -1;
-    char status[8192];
-    if (hz_test_read_file("/proc/self/status", status, sizeof status) > 0) {
-        const char *v = strstr(status, "VmSize:");
-        if (v) vm_kib = strtol(v + 7, NULL, 10);
-    }
-    if (vm_kib <= 0) _exit(2);
-    struct rlimit rl = {(rlim_t)(vm_kib + 256 * 1024) * 1024, (rlim_t)(vm_kib + 256 * 1024) * 1024};
+    size_t vm = hz_test_vm_size();
+    if (vm == 0) _exit(2);
+    rlim_t cap = (rlim_t)vm + ((rlim_t)256 << 20);
+    struct rlimit rl = {cap, cap};
     if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
     enum { MAX = 1 << 16 };
     static void *held[MAX];

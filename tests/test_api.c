@@ -707,13 +707,9 @@ static void test_errno_kept(void)
  * errno untouched by every one that succeeds.  Exit status: which step failed. */
 static int exhaustion_child(void)
 {
-    char status[8192];
-    const char *vm = NULL;
-    if (hz_test_read_file("/proc/self/status", status, sizeof status) > 0)
-        vm = strstr(status, "VmSize:");
-    if (vm == NULL)
+    size_t base = hz_test_vm_size();
+    if (base == 0)
         return 2;
-    size_t base = strtoul(vm + 7, NULL, 10) << 10;
     enum { MAX = 1 << 21 };
     void **p = mmap(NULL, MAX * sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                     -1, 0);
@@ -802,12 +798,10 @@ static int reclaim_child(void)
     for (int i = 0; i < N; i++)
         free(v[i]);
     struct hz_stats st;
-    char status[8192];
-    const char *vm = NULL;
-    if (!hz_test_stats(&st) || hz_test_read_file("/proc/self/status", status, sizeof status) <= 0 ||
-        (vm = strstr(status, "VmSize:")) == NULL)
+    size_t vmsize = hz_test_vm_size();
+    if (!hz_test_stats(&st) || vmsize == 0)
         return 2;
-    size_t mapped = (size_t)st.bytes_mapped, vmsize = strtoul(vm + 7, NULL, 10) << 10;
+    size_t mapped = (size_t)st.bytes_mapped;
     size_t request = mapped + ((size_t)1 << 20);
     /* Room for the request less 2 MiB: it fits only if at least 6 MiB go back (4 of
      * them for an aligned reservation's slack). */
@@ -842,12 +836,9 @@ static int realloc_unmappable_child(void)
     if (p == NULL)
         return 2;
     memset(p, 3, 200 * kib);
-    char status[8192];
-    const char *vm = NULL;
-    if (hz_test_read_file("/proc/self/status", status, sizeof status) <= 0 ||
-        (vm = strstr(status, "VmSize:")) == NULL)
+    size_t vmsize = hz_test_vm_size();
+    if (vmsize == 0)
         return 2;
-    size_t vmsize = strtoul(vm + 7, NULL, 10) << 10;
     struct rlimit rl = {vmsize, RLIM_INFINITY};
     if (setrlimit(RLIMIT_AS, &rl) != 0)
         return 2;

@@ -214,12 +214,9 @@ static int sample_enomem_child(void) {
     }
     for (int i = 0; i < N; i++)
         if (i % 4 != 0) free(v[i]);
-    char status[8192];
-    const char *vm = NULL;
-    if (hz_test_read_file("/proc/self/status", status, sizeof status) <= 0 ||
-        (vm = strstr(status, "VmSize:")) == NULL)
-        return 2;
-    struct rlimit rl = {(strtoul(vm + 7, NULL, 10) << 10) + ((size_t)2 << 20), RLIM_INFINITY};
+    size_t vm = hz_test_vm_size();
+    if (vm == 0) return 2;
+    struct rlimit rl = {vm + ((size_t)2 << 20), RLIM_INFINITY};
     if (setrlimit(RLIMIT_AS, &rl) != 0) return 2;
     for (int i = N; i < N + MAX; i++) {
         errno = 0;
