@@ -4,7 +4,8 @@
 #   - a 2-cell matrix with --runs 2 under hakozuna and glibc writes a log per
 #     cell starting with a [BENCH-HEADER] line (commit, sha256 of every library,
 #     CPU), records the alternating run order, and writes results.json (valid
-#     JSON), summary.md (a table with both allocators and a ratio column) and,
+#     JSON), summary.md (a table with both allocators, a ratio column and each
+#     run's page faults and CPU times, never more CPU than its wall time) and,
 #     when gnuplot is installed, chart.png;
 #   - each run of the multi-threaded cell is preceded and followed by the
 #     cross-core probe (bench_core_latency), recorded in results.json, the log
@@ -124,16 +125,26 @@ else
 fi
 
 # ------------------------------------------------------------ results.json
-if python3 - "$OUT/results.json" <<'EOF'
+if python3 - "$OUT/results.json" "$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
+ncpu = int(sys.argv[2])
 assert [c["name"] for c in r["cells"]] == ["st_tiny", "mt_tiny"], "cells"
 for c in r["cells"]:
     assert len(c["runs"]) == 4, "4 runs per cell"
     assert [x["alloc"] for x in c["runs"]] == ["hakozuna", "glibc", "hakozuna", "glibc"], "order"
     assert all(x["ok"] and x["ops_per_s"] > 0 and x["peak_rss_kb"] > 0 for x in c["runs"]), "runs"
     assert c["checksum_ok"] and len(c["checksums"]) == 1, "checksum"
+    # Each run's own page faults and CPU time (wait4 of that run), never more CPU
+    # than its wall time allows: not the runner's, nor a sum over earlier runs.
+    for x in c["runs"]:
+        assert isinstance(x["minor_faults"], int) and x["minor_faults"] > 0, "minor faults"
+        assert x["user_s"] >= 0 and x["sys_s"] >= 0, "CPU times"
+        assert x["user_s"] + x["sys_s"] <= x["wall_s"] * ncpu + 0.05, "CPU time over wall time"
     s = c["stats"]
+    for a in ("hakozuna", "glibc"):
+        assert s[a]["median_minor_faults"] > 0 and s[a]["median_user_s"] >= 0 \
+            and s[a]["median_sys_s"] >= 0, "medians of faults and CPU times"
     assert abs(s["glibc"]["ratio_to_best_peer"] - 1.0) < 1e-9, "glibc is the only peer"
     assert s["hakozuna"]["ratio_to_best_peer"] > 0, "ratio"
     assert s["hakozuna"]["min_ops_per_s"] <= s["hakozuna"]["median_ops_per_s"] \
@@ -152,10 +163,12 @@ fi
 # -------------------------------------------------------------- summary.md
 S="$OUT/summary.md"
 if [ -f "$S" ] && grep -q '^| allocator | median Mops/s | min | max | ratio to best peer |' "$S" &&
+    grep -q ' | RSS ratio to lowest peer | minor faults | user s | system s |' "$S" &&
+    grep -Eq '^\| hakozuna \| .* \| [0-9]+ \| [0-9]+\.[0-9]{2} \| [0-9]+\.[0-9]{2} \| ' "$S" &&
     grep -Eq '^\| hakozuna \| [0-9]+\.[0-9]{2} \| .* \| [0-9]+\.[0-9]{2} \|' "$S" &&
     grep -Eq '^\| glibc \(best peer\) \| [0-9]+\.[0-9]{2} \| .* \| 1\.00 \|' "$S" &&
     [ "$(grep -c '^### ' "$S")" -eq 2 ]; then
-    pass "summary.md has a table per cell with both allocators and the ratio column"
+    pass "summary.md has a table per cell with both allocators, the ratio column and the faults and CPU times"
 else
     fail "summary.md lacks the per-cell tables with hakozuna, glibc and ratios"
 fi
