@@ -170,7 +170,7 @@ if [ -f "$S" ] && grep -q '^| allocator | median Mops/s | min | max | ratio to b
     [ "$(grep -c '^### ' "$S")" -eq 2 ]; then
     pass "summary.md has a table per cell with both allocators, the ratio column and the faults and CPU times"
 else
-    fail "summary.md lacks the per-cell tables with hakozuna, glibc and ratios"
+    fail "summary.md lacks the per-cell tables with hakozuna, glibc, ratios, faults and CPU times"
 fi
 
 # ------------------------------------------------------- cross-core probe
