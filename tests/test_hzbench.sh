@@ -13,6 +13,8 @@
 #     only when the probes span two (checked on made-up runs); --no-probe;
 #   - a program whose checksum changes from run to run is reported as a
 #     checksum mismatch with exit status 1;
+#   - without time(1) (HZBENCH_TIME empty) a program's own peak RSS is kept and
+#     one that prints none gets wait4's, labelled an upper bound;
 #   - a library given with --peer NAME=PATH (a copy of libhakozuna.so) is
 #     preloaded, listed with its path and version, and counted as a peer in
 #     the ratios, while the same library given as an --allocators NAME=PATH
@@ -284,6 +286,45 @@ if [ "$rc" -eq 1 ] && grep -q 'CHECKSUM MISMATCH' "$tmp/run2.out" &&
     pass "a checksum mismatch is reported with exit status 1"
 else
     fail "checksum mismatch: exit status $rc, expected 1 with CHECKSUM MISMATCH in output and summary"
+fi
+
+# ----------------------------------------------------------- without time(1)
+# As on a system without time(1) (HZBENCH_TIME empty): a program that prints its
+# own peak RSS keeps it; for one that does not, the peak comes from wait4 and is
+# labelled an upper bound.  With time(1), that program's peak is time's %M.
+cat >"$tmp/quiet_bench" <<'EOF'
+#!/bin/sh
+echo "[quiet_bench] ops/s=1000.0 checksum=0x1"
+EOF
+chmod +x "$tmp/quiet_bench"
+printf 'quiet %s\nst_tiny bench_random_mixed_malloc_args 20000 64 16 1024\n' \
+    "$tmp/quiet_bench" >"$tmp/matrix5"
+rc=0
+HZBENCH_TIME= python3 "$HZBENCH" --builddir "$BUILDDIR" --matrix "$tmp/matrix5" --runs 1 \
+    --allocators hakozuna,glibc --out "$tmp/out5" --no-chart >"$tmp/run5.out" 2>&1 || rc=$?
+expect_rc "hzbench without time(1)" 0 "$rc"
+with_time=
+if [ -x /usr/bin/time ]; then
+    python3 "$HZBENCH" --builddir "$BUILDDIR" --matrix "$tmp/matrix5" --cell quiet --runs 1 \
+        --allocators glibc --out "$tmp/out6" --no-chart >"$tmp/run6.out" 2>&1 &&
+        with_time="$tmp/out6/results.json"
+fi
+if python3 - "$tmp/out5/results.json" "$with_time" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+quiet, real = r["cells"]
+for x in quiet["runs"]:
+    assert x["rss_source"] == "wait4 (upper bound)" and x["peak_rss_kb"] > 0, x["rss_source"]
+for x in real["runs"]:
+    assert x["rss_source"] == "program" and x["peak_rss_kb"] > 0, x["rss_source"]
+if sys.argv[2]:
+    for x in json.load(open(sys.argv[2]))["cells"][0]["runs"]:
+        assert x["rss_source"] == "time" and x["peak_rss_kb"] > 0, x["rss_source"]
+EOF
+then
+    pass "without time(1) the peak RSS comes from the program or, labelled, from wait4"
+else
+    fail "the peak RSS sources without time(1) are not as documented"
 fi
 
 # ------------------------------------------------------------------ --peer
